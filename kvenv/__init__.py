@@ -1,0 +1,22 @@
+"""kvenv: pinned native wheels and verified dependency overlays on protected hosts.
+
+Importing this package does no I/O and imports neither vllm, torch nor huggingface_hub.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+__version__ = "0.1.0"
+
+__all__ = ["__version__", "activate"]
+
+if TYPE_CHECKING:
+    from pathlib import Path
+
+
+def activate(profile: str | None = None, manifest: str | Path | None = None) -> Any:
+    """Activate an applied runtime in this interpreter and its children (see kvenv.activation)."""
+    from kvenv.activation import activate_in_process
+
+    return activate_in_process(profile=profile, manifest=manifest)

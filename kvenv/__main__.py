@@ -1,0 +1,5 @@
+import sys
+
+from kvenv.cli import main
+
+sys.exit(main())

@@ -1,0 +1,88 @@
+"""The command line: the only part of kvenv that prints, and the one place errors become exit codes.
+
+Each command group lives in its own module (``kvenv.cli.<group>``) exposing ``register(sub)``.
+Those modules import nothing heavy at module level, so ``kvenv --help`` stays fast; the work
+happens in functions that import what they need.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+from collections.abc import Sequence
+from typing import NoReturn
+
+from kvenv import __version__
+from kvenv.errors import CheckFailed, ConflictError, KvenvError
+
+# Exit codes, documented in the README and docs/: the one mapping from errors to codes.
+EXIT_OK = 0
+EXIT_CHECK_FAILED = 1
+EXIT_BAD_INPUT = 2
+EXIT_CONFLICT = 3
+
+_GROUPS: tuple[str, ...] = (
+    "kvenv.cli.profiles",
+    "kvenv.cli.lock",
+    "kvenv.cli.apply",
+    "kvenv.cli.host",
+    "kvenv.cli.runtime",
+)
+
+
+def exit_code_for(error: BaseException) -> int:
+    """The one place that maps an error to an exit code."""
+    if isinstance(error, CheckFailed):
+        return EXIT_CHECK_FAILED
+    if isinstance(error, ConflictError):
+        return EXIT_CONFLICT
+    return EXIT_BAD_INPUT
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> NoReturn:
+        self.print_usage(sys.stderr)
+        sys.stderr.write(f"kvenv: error: {message}\n")
+        raise SystemExit(EXIT_BAD_INPUT)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = _Parser(
+        prog="kvenv",
+        description="Pinned native wheels and verified overlays on hosts whose torch/CUDA "
+        "must not be touched.",
+    )
+    parser.add_argument("--version", action="version", version=f"kvenv {__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
+    for module_name in _GROUPS:
+        try:
+            module = importlib.import_module(module_name)
+        except ModuleNotFoundError as exc:
+            if exc.name == module_name:
+                continue  # a command group not built yet
+            raise
+        module.register(sub)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    func = getattr(args, "func", None)
+    if func is None:
+        parser.print_help()
+        return EXIT_BAD_INPUT
+    try:
+        code: int = func(args)
+    except KvenvError as error:
+        sys.stderr.write(f"kvenv: error: {error.render()}\n")
+        return exit_code_for(error)
+    except OSError as error:
+        where = f": {error.filename}" if error.filename else ""
+        sys.stderr.write(f"kvenv: error: {error.strerror or error}{where}\n")
+        return EXIT_BAD_INPUT
+    except KeyboardInterrupt:
+        sys.stderr.write("kvenv: interrupted\n")
+        return 130
+    return code

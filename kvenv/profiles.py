@@ -1,0 +1,338 @@
+"""Finding, reading, merging (``extends``), checking and writing profiles.
+
+Discovery order for a reference that is not a path: ``./profiles/NAME.toml``, each directory
+in ``$KVENV_PROFILE_PATH``, then the built-ins shipped with kvenv.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from collections.abc import Iterator, Mapping
+from pathlib import Path
+from typing import Any
+
+import attrs
+from packaging.utils import InvalidWheelFilename, canonicalize_name, parse_wheel_filename
+from packaging.version import Version
+
+from kvenv import convert, tomlio
+from kvenv.errors import InputError, Problem, ProfileError
+from kvenv.profile import HfSource, IndexSource, Profile
+from kvenv.resources import data_dir
+
+DEFAULT_PROFILE = "kaggle-t4x2-cu128"
+SCHEMA_LINE = "#:schema ../schemas/profile.schema.json"
+ENV_PATH = "KVENV_PROFILE_PATH"
+ENV_DEFAULT = "KVENV_PROFILE"
+
+
+@attrs.frozen
+class LoadedProfile:
+    """A profile after ``extends``, with where it came from."""
+
+    profile: Profile
+    path: Path
+    origin: str  # "builtin", "project", "path", "KVENV_PROFILE_PATH"
+    chain: tuple[Path, ...]  # the file itself first, then its parents
+
+    @property
+    def base_dir(self) -> Path:
+        """The project directory that relative paths in the profile are resolved against:
+        the parent of a ``profiles/`` directory, else the profile's own directory."""
+        return project_dir_of(self.path)
+
+    def resolve(self, relpath: str) -> Path:
+        return self.base_dir / relpath
+
+    @property
+    def lock_path(self) -> Path:
+        return self.resolve(self.profile.lock_relpath)
+
+    @property
+    def snapshot_path(self) -> Path | None:
+        snap = self.profile.host.snapshot
+        return self.resolve(snap) if snap else None
+
+    @property
+    def digest(self) -> str:
+        return profile_digest(self.profile)
+
+
+def project_dir_of(path: Path) -> Path:
+    parent = path.parent
+    return parent.parent if parent.name == "profiles" else parent
+
+
+def builtin_dir() -> Path:
+    return data_dir("profiles")
+
+
+def _search_dirs(cwd: Path) -> Iterator[tuple[str, Path]]:
+    yield "project", cwd / "profiles"
+    for entry in os.environ.get(ENV_PATH, "").split(os.pathsep):
+        if entry:
+            yield ENV_PATH, Path(entry).expanduser()
+    yield "builtin", builtin_dir()
+
+
+def _looks_like_path(ref: str) -> bool:
+    return ref.endswith(".toml") or "/" in ref or os.sep in ref
+
+
+def find_profile(ref: str, *, cwd: Path | None = None) -> tuple[Path, str]:
+    """Locate a profile by path or name; raise :class:`ProfileError` naming where it looked."""
+    here = cwd or Path.cwd()
+    if _looks_like_path(ref):
+        path = (here / ref).expanduser()
+        if not path.is_file():
+            raise ProfileError(
+                f"profile file not found: {ref}",
+                hint="give an existing .toml file, or a profile name (see `kvenv profiles`)",
+            )
+        return path, "path"
+    if not _is_name(ref):
+        raise ProfileError(f"not a profile name or .toml path: {ref!r}")
+    looked: list[str] = []
+    for origin, directory in _search_dirs(here):
+        candidate = directory / f"{ref}.toml"
+        looked.append(str(directory))
+        if candidate.is_file():
+            return candidate, origin
+    raise ProfileError(
+        f"no profile named {ref!r}",
+        hint="looked in " + ", ".join(looked) + "; `kvenv profiles` lists what exists",
+    )
+
+
+def _is_name(ref: str) -> bool:
+    from kvenv.fields import ProfileName, check
+
+    return check(ProfileName, ref) is None
+
+
+def default_profile_ref() -> str:
+    return os.environ.get(ENV_DEFAULT) or DEFAULT_PROFILE
+
+
+def iter_profiles(*, cwd: Path | None = None) -> Iterator[tuple[str, str, Path]]:
+    """Every discoverable profile as (name, origin, path); earlier origins shadow later."""
+    seen: set[str] = set()
+    for origin, directory in _search_dirs(cwd or Path.cwd()):
+        if not directory.is_dir():
+            continue
+        for path in sorted(directory.glob("*.toml")):
+            if path.stem not in seen:
+                seen.add(path.stem)
+                yield path.stem, origin, path
+
+
+def _read_raw(path: Path) -> dict[str, Any]:
+    try:
+        return tomlio.read(path)
+    except InputError as exc:
+        raise ProfileError(exc.message, problems=exc.problems, hint=exc.hint) from None
+
+
+def _merge(base: Mapping[str, Any], over: Mapping[str, Any]) -> dict[str, Any]:
+    merged = dict(base)
+    for key, value in over.items():
+        if isinstance(value, dict) and isinstance(merged.get(key), dict):
+            merged[key] = _merge(merged[key], value)
+        else:
+            merged[key] = value
+    return merged
+
+
+def _owner(path: str, chain: list[tuple[Path, dict[str, Any]]]) -> Path:
+    """The file of the chain (child first) that set the value at ``$.a.b[2]``."""
+    keys = [k for k in path.replace("[", ".").replace("]", "").split(".")[1:] if k]
+    for file, raw in chain:
+        node: Any = raw
+        found = True
+        for key in keys:
+            if isinstance(node, dict) and key in node:
+                node = node[key]
+            elif isinstance(node, list) and key.isdigit() and int(key) < len(node):
+                node = node[int(key)]
+            else:
+                found = False
+                break
+        if found:
+            return file
+    return chain[0][0]
+
+
+def load_profile(ref: str | None = None, *, cwd: Path | None = None) -> LoadedProfile:
+    """Find, read, merge and check a profile. Every problem is reported at once."""
+    here = cwd or Path.cwd()
+    path, origin = find_profile(ref or default_profile_ref(), cwd=here)
+    chain: list[tuple[Path, dict[str, Any]]] = []
+    current: Path | None = path
+    while current is not None:
+        resolved = current.resolve()
+        if any(resolved == p.resolve() for p, _ in chain):
+            names = " -> ".join(str(p) for p, _ in chain) + f" -> {current}"
+            raise ProfileError(
+                f"profile extends itself in a cycle: {names}",
+                problems=[Problem("cycle in extends", file=str(chain[-1][0]), path="$.extends")],
+                hint="remove one of the extends links",
+            )
+        raw = _read_raw(current)
+        chain.append((current, raw))
+        parent = raw.get("extends")
+        if parent is None:
+            current = None
+        elif not isinstance(parent, str) or not parent:
+            raise ProfileError(
+                f"invalid profile: {current}",
+                problems=[
+                    Problem(
+                        "extends must be a profile name or a .toml path",
+                        file=str(current),
+                        path="$.extends",
+                    )
+                ],
+            )
+        else:
+            current = _find_parent(parent, current, here)
+    merged: dict[str, Any] = {}
+    for _, raw in reversed(chain):
+        merged = _merge(merged, raw)
+    merged["extends"] = chain[0][1].get("extends")
+    if merged["extends"] is None:
+        del merged["extends"]
+    try:
+        profile = convert.structure(merged, Profile, file=str(path), what="profile")
+    except InputError as exc:
+        problems = [
+            attrs.evolve(p, file=str(_owner(p.path or "$", chain))) for p in exc.problems
+        ]
+        raise ProfileError(f"invalid profile: {path}", problems=problems) from None
+    problems = check_profile(profile, file=str(path))
+    if problems:
+        raise ProfileError(f"invalid profile: {path}", problems=problems)
+    return LoadedProfile(profile, path, origin, tuple(p for p, _ in chain))
+
+
+def _find_parent(parent: str, child: Path, cwd: Path) -> Path:
+    try:
+        if _looks_like_path(parent):
+            candidate = (child.parent / parent).expanduser()
+            if not candidate.is_file():
+                raise ProfileError(f"profile file not found: {parent}")
+            return candidate
+        return find_profile(parent, cwd=cwd)[0]
+    except ProfileError as exc:
+        raise ProfileError(
+            f"invalid profile: {child}",
+            problems=[
+                Problem(
+                    f"parent profile {parent!r} not found",
+                    file=str(child),
+                    path="$.extends",
+                    fix=exc.hint or "name an existing profile or .toml file",
+                )
+            ],
+        ) from None
+
+
+def check_profile(profile: Profile, *, file: str | None = None) -> list[Problem]:
+    """Checks that span fields (each field alone was checked while structuring)."""
+    problems: list[Problem] = []
+
+    def add(path: str, message: str, fix: str | None = None) -> None:
+        problems.append(Problem(message, file=file, path=path, fix=fix))
+
+    protected = [canonicalize_name(n) for n in profile.host.protected]
+    for index, name in enumerate(protected):
+        if name in protected[:index]:
+            add(f"$.host.protected[{index}]", f"{name!r} is listed twice", "list each name once")
+    waived = [canonicalize_name(w.name) for w in profile.host.waivers]
+    for index, name in enumerate(waived):
+        if name in waived[:index]:
+            add(f"$.host.waivers[{index}].name", f"{name!r} is waived twice", "waive it once")
+    target = profile.target
+    if target is not None and target.implementation == "cpython":
+        want = "cp" + target.python_version.replace(".", "")
+        if target.abi != want and not target.abi.startswith(want):
+            add(
+                "$.target.abi",
+                f"ABI {target.abi!r} does not match Python {target.python}",
+                f"use {want!r}",
+            )
+    if target is not None and target.gpu is not None:
+        tp = profile.runtime.tensor_parallel_size
+        if tp is not None and tp > target.gpu.count:
+            add(
+                "$.runtime.tensor_parallel_size",
+                f"tensor_parallel_size {tp} exceeds the target's {target.gpu.count} GPU(s)",
+                f"use at most {target.gpu.count}",
+            )
+    native = profile.native
+    if native is not None:
+        if canonicalize_name(native.name) in protected:
+            add("$.native.name", f"{native.name!r} is protected on the host", "pick another")
+        filename = None
+        if isinstance(native.source, (HfSource, IndexSource)):
+            filename = native.source.filename
+        if filename:
+            problems.extend(_check_filename(native.name, native.version, filename, file))
+    return problems
+
+
+def _check_filename(name: str, version: str, filename: str, file: str | None) -> list[Problem]:
+    path = "$.native.source.filename"
+    try:
+        wheel_name, wheel_version, _, _ = parse_wheel_filename(filename)
+    except InvalidWheelFilename as exc:
+        return [Problem(f"not a valid wheel file name: {exc}", file=file, path=path)]
+    problems = []
+    if wheel_name != canonicalize_name(name):
+        problems.append(
+            Problem(
+                f"the wheel is for {wheel_name!r}, not {name!r}",
+                file=file,
+                path=path,
+                fix="make native.name match the wheel",
+            )
+        )
+    if wheel_version != Version(version):
+        problems.append(
+            Problem(
+                f"the wheel's version {wheel_version} differs from native.version {version}",
+                file=file,
+                path=path,
+                fix="make native.version match the wheel",
+            )
+        )
+    return problems
+
+
+def profile_to_dict(profile: Profile) -> dict[str, Any]:
+    data: dict[str, Any] = convert.unstructure(profile)
+    return data
+
+
+def dump_profile(profile: Profile, *, schema_line: str | None = SCHEMA_LINE) -> str:
+    text = tomlio.dumps(profile_to_dict(profile))
+    return f"{schema_line}\n{text}" if schema_line else text
+
+
+def loads_profile(text: str, *, file: str = "<text>") -> Profile:
+    """Parse a single profile document (no ``extends`` resolution, no discovery)."""
+    raw = tomlio.loads(text, file=file)
+    try:
+        profile = convert.structure(raw, Profile, file=file, what="profile")
+    except InputError as exc:
+        raise ProfileError(exc.message, problems=exc.problems) from None
+    problems = check_profile(profile, file=file)
+    if problems:
+        raise ProfileError(f"invalid profile: {file}", problems=problems)
+    return profile
+
+
+def profile_digest(profile: Profile) -> str:
+    canonical = json.dumps(profile_to_dict(profile), sort_keys=True, separators=(",", ":"))
+    return "sha256:" + hashlib.sha256(canonical.encode()).hexdigest()

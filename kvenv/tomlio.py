@@ -1,0 +1,46 @@
+"""Reading and writing TOML documents with kvenv errors (never a traceback)."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Any
+
+import tomli_w
+
+from kvenv.errors import InputError, Problem
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:
+    import tomli as tomllib
+
+
+def loads(text: str, *, file: str) -> dict[str, Any]:
+    try:
+        return tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise InputError(
+            f"invalid TOML: {file}",
+            problems=[Problem(str(exc), file=file, path="$", fix="correct the TOML syntax")],
+        ) from None
+
+
+def read(path: Path) -> dict[str, Any]:
+    try:
+        raw = path.read_bytes()
+    except FileNotFoundError:
+        raise InputError(f"file not found: {path}") from None
+    except IsADirectoryError:
+        raise InputError(f"expected a file, found a directory: {path}") from None
+    except OSError as exc:
+        raise InputError(f"cannot read {path}: {exc.strerror}") from None
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError:
+        raise InputError(f"not UTF-8 text: {path}", hint="TOML files are UTF-8") from None
+    return loads(text, file=str(path))
+
+
+def dumps(data: dict[str, Any]) -> str:
+    return tomli_w.dumps(data)
