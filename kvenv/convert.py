@@ -54,8 +54,8 @@ def _describe(value: Any) -> str:
     return f"{type(value).__name__} {value!r}"
 
 
-for _kind in (str, int, float, bool):
-    converter.register_structure_hook(_kind, _strict(_kind))
+for _builtin in (str, int, float, bool):
+    converter.register_structure_hook(_builtin, _strict(_builtin))
 
 
 def _constrained(kind: object) -> Callable[[Any, Any], str]:
@@ -71,8 +71,8 @@ def _constrained(kind: object) -> Callable[[Any, Any], str]:
     return hook
 
 
-for _kind in fields.PATTERNS:
-    converter.register_structure_hook(_kind, _constrained(_kind))
+for _pattern_type in fields.PATTERNS:
+    converter.register_structure_hook(_pattern_type, _constrained(_pattern_type))
 
 
 def _bounded(kind: object) -> Callable[[Any, Any], Any]:
@@ -89,8 +89,8 @@ def _bounded(kind: object) -> Callable[[Any, Any], Any]:
     return hook
 
 
-for _kind in fields.BOUNDS:
-    converter.register_structure_hook(_kind, _bounded(_kind))
+for _bounded_type in fields.BOUNDS:
+    converter.register_structure_hook(_bounded_type, _bounded(_bounded_type))
 
 
 def _is_literal(tp: Any) -> bool:
@@ -182,7 +182,7 @@ def _list_factory(tp: Any) -> Callable[[Any, Any], Any]:
                 out.append(converter.structure(item, inner))
             except Exception as exc:
                 note = IterableValidationNote(f"Structuring {tp} @ index {index}", index, inner)
-                exc.__notes__ = [*getattr(exc, "__notes__", []), note]
+                setattr(exc, "__notes__", [*getattr(exc, "__notes__", []), note])
                 errors.append(exc)
         if errors:
             raise IterableValidationError(f"While structuring {tp!r}", errors, tp)
@@ -206,7 +206,7 @@ def _dict_factory(tp: Any) -> Callable[[Any, Any], Any]:
                 out[name] = converter.structure(item, inner)
             except Exception as exc:
                 note = AttributeValidationNote(f"Structuring {tp} @ key {key}", str(key), inner)
-                exc.__notes__ = [*getattr(exc, "__notes__", []), note]
+                setattr(exc, "__notes__", [*getattr(exc, "__notes__", []), note])
                 errors.append(exc)
         if errors:
             raise ClassValidationError(f"While structuring {tp!r}", errors, dict)
@@ -215,8 +215,16 @@ def _dict_factory(tp: Any) -> Callable[[Any, Any], Any]:
     return hook
 
 
-converter.register_structure_hook_factory(lambda tp: get_origin(tp) is list, _list_factory)
-converter.register_structure_hook_factory(lambda tp: get_origin(tp) is dict, _dict_factory)
+def _origin_is(kind: type) -> Callable[[Any], bool]:
+    def predicate(tp: Any) -> bool:
+        origin: Any = get_origin(tp)
+        return bool(origin == kind)
+
+    return predicate
+
+
+converter.register_structure_hook_factory(_origin_is(list), _list_factory)
+converter.register_structure_hook_factory(_origin_is(dict), _dict_factory)
 
 
 def _format(exc: BaseException, type_: type | None) -> str:

@@ -74,7 +74,7 @@ _COMPILED = {key: re.compile(pattern) for key, (pattern, _) in PATTERNS.items()}
 
 def check(kind: object, value: str) -> str | None:
     """Return None when ``value`` is valid for ``kind``, else the reason and fix."""
-    pattern, fix = PATTERNS[kind]
+    _, fix = PATTERNS[kind]
     if not _COMPILED[kind].fullmatch(value):
         return f"{value!r} is not valid: {fix}"
     if kind in (RelPath, RootPath) and ".." in value.replace("\\", "/").split("/"):

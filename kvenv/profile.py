@@ -12,15 +12,15 @@ from typing import Literal
 import attrs
 
 from kvenv.fields import (
-    Fraction,
-    PositiveInt,
     DottedVersion,
     EnvName,
+    Fraction,
     HfRepo,
     HttpsUrl,
     NonEmpty,
     PackageName,
     Pep440Version,
+    PositiveInt,
     ProfileName,
     PythonVersion,
     RelPath,

@@ -206,9 +206,7 @@ def load_profile(ref: str | None = None, *, cwd: Path | None = None) -> LoadedPr
     try:
         profile = convert.structure(merged, Profile, file=str(path), what="profile")
     except InputError as exc:
-        problems = [
-            attrs.evolve(p, file=str(_owner(p.path or "$", chain))) for p in exc.problems
-        ]
+        problems = [attrs.evolve(p, file=str(_owner(p.path or "$", chain))) for p in exc.problems]
         raise ProfileError(f"invalid profile: {path}", problems=problems) from None
     problems = check_profile(profile, file=str(path))
     if problems:

@@ -18,7 +18,8 @@ else:
 
 def loads(text: str, *, file: str) -> dict[str, Any]:
     try:
-        return tomllib.loads(text)
+        data: dict[str, Any] = tomllib.loads(text)
+        return data
     except tomllib.TOMLDecodeError as exc:
         raise InputError(
             f"invalid TOML: {file}",

@@ -46,7 +46,7 @@ def build_wheel(
     dist_info = f"{dist}-{version}.dist-info"
     if files is None:
         files = {f"{dist}/__init__.py": f"__version__ = {version!r}\n"}
-    meta = [f"Metadata-Version: 2.1", f"Name: {name}", f"Version: {version}"]
+    meta = ["Metadata-Version: 2.1", f"Name: {name}", f"Version: {version}"]
     if requires_python:
         meta.append(f"Requires-Python: {requires_python}")
     meta.extend(f"Requires-Dist: {r}" for r in requires)
@@ -90,4 +90,6 @@ def build_wheel(
 
 def _expand(tag: str) -> list[str]:
     py, abi, plat = tag.split("-")
-    return [f"{p}-{a}-{pl}" for p in py.split(".") for a in abi.split(".") for pl in plat.split(".")]
+    return [
+        f"{p}-{a}-{pl}" for p in py.split(".") for a in abi.split(".") for pl in plat.split(".")
+    ]
