@@ -5,14 +5,14 @@ Importing this package does no I/O and imports neither vllm, torch nor huggingfa
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
-
 __version__ = "0.1.0"
 
 __all__ = ["__version__", "activate"]
 
+TYPE_CHECKING = False  # not ``typing.TYPE_CHECKING``: importing typing costs CLI startup time
 if TYPE_CHECKING:
     from pathlib import Path
+    from typing import Any
 
 
 def activate(profile: str | None = None, manifest: str | Path | None = None) -> Any:

@@ -20,6 +20,7 @@ from cattrs.errors import (
     IterableValidationError,
     IterableValidationNote,
 )
+from cattrs.gen import make_dict_structure_fn
 from cattrs.v import transform_error
 
 from kvenv import fields
@@ -93,17 +94,36 @@ for _bounded_type in fields.BOUNDS:
     converter.register_structure_hook(_bounded_type, _bounded(_bounded_type))
 
 
+def _attrs_factory(cls: Any) -> Callable[[Any, Any], Any]:
+    generated = make_dict_structure_fn(cls, converter)
+
+    def hook(value: Any, _: Any) -> Any:
+        if not isinstance(value, dict):
+            raise TypeError(f"expected a table, got {_describe(value)}")
+        return generated(value, cls)
+
+    return hook
+
+
+converter.register_structure_hook_factory(attrs.has, _attrs_factory)
+
+
 def _is_literal(tp: Any) -> bool:
     return get_origin(tp) is Literal
+
+
+def _is_allowed(value: Any, allowed: tuple[Any, ...]) -> bool:
+    """``value`` is one of ``allowed`` with the same type (``True`` is not ``1``)."""
+    return any(type(value) is type(a) and value == a for a in allowed)
 
 
 def _literal_hook(tp: Any, _: Any) -> Any:
     allowed = get_args(tp)
 
     def hook(value: Any, _t: Any) -> Any:
-        if value not in allowed or isinstance(value, bool) != isinstance(allowed[0], bool):
+        if not _is_allowed(value, allowed):
             choices = ", ".join(repr(a) for a in allowed)
-            raise ValueError(f"{_describe(value)} is not one of {choices}")
+            raise ValueError(f"expected one of {choices}, got {_describe(value)}")
         return value
 
     return hook
@@ -112,32 +132,34 @@ def _literal_hook(tp: Any, _: Any) -> Any:
 converter.register_structure_hook_factory(_is_literal, lambda tp: _literal_hook(tp, None))
 
 
-def _kind_of(cls: Any) -> str | None:
+def kind_of(cls: Any) -> str | None:
     if not attrs.has(cls):
         return None
-    field = attrs.fields_dict(cls).get("kind")
-    if field is None or get_origin(field.type) is not Literal:
+    if "kind" not in attrs.fields_dict(cls):
         return None
-    (value,) = get_args(field.type)
+    kind = typing.get_type_hints(cls)["kind"]
+    if get_origin(kind) is not Literal or len(get_args(kind)) != 1:
+        return None
+    (value,) = get_args(kind)
     return str(value)
 
 
 def _is_tagged_union(tp: Any) -> bool:
     if get_origin(tp) not in (typing.Union, types.UnionType):
         return False
-    return all(_kind_of(member) for member in get_args(tp))
+    return all(kind_of(member) for member in get_args(tp))
 
 
 def _tagged_union_factory(tp: Any) -> Callable[[Any, Any], Any]:
-    members = {_kind_of(m): m for m in get_args(tp)}
+    members = {kind_of(m): m for m in get_args(tp)}
     kinds = ", ".join(repr(k) for k in members)
 
     def hook(value: Any, _: Any) -> Any:
         if not isinstance(value, dict):
             raise TypeError(f"expected a table, got {_describe(value)}")
         kind = value.get("kind", next(iter(members)))
-        if kind not in members:
-            raise ValueError(f"kind {kind!r} is not one of {kinds}")
+        if not isinstance(kind, str) or kind not in members:
+            raise ValueError(f"kind must be one of {kinds}, got {_describe(kind)}")
         return converter.structure(value, members[kind])
 
     return hook
@@ -256,7 +278,7 @@ def problems_from(exc: Exception, *, file: str | None) -> list[Problem]:
 
 def _fix_for(message: str) -> str | None:
     if message.startswith("unknown key(s)"):
-        return "remove the key or check its spelling against docs/profiles.md"
+        return "remove the key or check its spelling"
     if message == "required key is missing":
         return "add the key"
     return None

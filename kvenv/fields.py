@@ -53,7 +53,7 @@ PATTERNS: dict[object, tuple[str, str]] = {
     Pep440Version: (r"\S+", "a version valid under PEP 440, such as 0.18.2 or 2.10.0+cu128"),
     HttpsUrl: (r"https://\S+", "remote URLs must use https://"),
     RelPath: (
-        r"[^/~\x00][^\x00]*",
+        r"[^/\\~\x00][^\x00]*",
         "a relative path inside the project, without '..' segments",
     ),
     RootPath: (
@@ -69,15 +69,22 @@ PATTERNS: dict[object, tuple[str, str]] = {
     NonEmpty: (r"\S[\s\S]*", "a non-empty text"),
 }
 
-_COMPILED = {key: re.compile(pattern) for key, (pattern, _) in PATTERNS.items()}
+# RelPath and RootPath values must not contain a ``..`` segment (in any position).
+TRAVERSAL = r"(^|[/\\])\.\.([/\\]|$)"
+NO_TRAVERSAL: frozenset[object] = frozenset({RelPath, RootPath})
+
+_COMPILED: dict[object, re.Pattern[str]] = {}  # compiled on first use (CLI startup time)
 
 
 def check(kind: object, value: str) -> str | None:
     """Return None when ``value`` is valid for ``kind``, else the reason and fix."""
-    _, fix = PATTERNS[kind]
-    if not _COMPILED[kind].fullmatch(value):
+    pattern, fix = PATTERNS[kind]
+    compiled = _COMPILED.get(kind)
+    if compiled is None:
+        compiled = _COMPILED[kind] = re.compile(pattern)
+    if not compiled.fullmatch(value):
         return f"{value!r} is not valid: {fix}"
-    if kind in (RelPath, RootPath) and ".." in value.replace("\\", "/").split("/"):
+    if kind in NO_TRAVERSAL and re.search(TRAVERSAL, value):
         return f"{value!r} is not valid: path traversal ('..') is not allowed; {fix}"
     if kind is Pep440Version:
         from packaging.version import InvalidVersion, Version

@@ -6,26 +6,28 @@ in ``$KVENV_PROFILE_PATH``, then the built-ins shipped with kvenv.
 
 from __future__ import annotations
 
-import hashlib
-import json
 import os
+import re
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
 import attrs
-from packaging.utils import InvalidWheelFilename, canonicalize_name, parse_wheel_filename
-from packaging.version import Version
 
 from kvenv import convert, tomlio
 from kvenv.errors import InputError, Problem, ProfileError
-from kvenv.profile import HfSource, IndexSource, Profile
+from kvenv.profile import HfSource, IndexSource, PathSource, Profile
 from kvenv.resources import data_dir
 
 DEFAULT_PROFILE = "kaggle-t4x2-cu128"
 SCHEMA_LINE = "#:schema ../schemas/profile.schema.json"
 ENV_PATH = "KVENV_PROFILE_PATH"
 ENV_DEFAULT = "KVENV_PROFILE"
+
+
+class ProfileNotReadable(ProfileError):
+    """A profile file (or a parent in its ``extends`` chain) is missing or is not TOML at all,
+    as opposed to a readable profile whose content is invalid."""
 
 
 @attrs.frozen
@@ -36,6 +38,8 @@ class LoadedProfile:
     path: Path
     origin: str  # "builtin", "project", "path", "KVENV_PROFILE_PATH"
     chain: tuple[Path, ...]  # the file itself first, then its parents
+    # (value, project dir) of relative paths a parent set: they stay relative to that parent
+    inherited_paths: tuple[tuple[str, Path], ...] = ()
 
     @property
     def base_dir(self) -> Path:
@@ -44,6 +48,10 @@ class LoadedProfile:
         return project_dir_of(self.path)
 
     def resolve(self, relpath: str) -> Path:
+        """A relative path of the profile, against the project of the file that set it."""
+        for value, base in self.inherited_paths:
+            if value == relpath:
+                return base / relpath
         return self.base_dir / relpath
 
     @property
@@ -85,24 +93,27 @@ def find_profile(ref: str, *, cwd: Path | None = None) -> tuple[Path, str]:
     """Locate a profile by path or name; raise :class:`ProfileError` naming where it looked."""
     here = cwd or Path.cwd()
     if _looks_like_path(ref):
-        path = (here / ref).expanduser()
+        path = here / Path(ref).expanduser()
         if not path.is_file():
-            raise ProfileError(
+            raise ProfileNotReadable(
                 f"profile file not found: {ref}",
                 hint="give an existing .toml file, or a profile name (see `kvenv profiles`)",
             )
         return path, "path"
     if not _is_name(ref):
-        raise ProfileError(f"not a profile name or .toml path: {ref!r}")
+        raise ProfileNotReadable(
+            f"not a profile name or .toml path: {ref!r}",
+            hint="a name is lowercase letters, digits, '.', '_' and '-'; a path ends in .toml",
+        )
     looked: list[str] = []
     for origin, directory in _search_dirs(here):
         candidate = directory / f"{ref}.toml"
         looked.append(str(directory))
         if candidate.is_file():
             return candidate, origin
-    raise ProfileError(
+    raise ProfileNotReadable(
         f"no profile named {ref!r}",
-        hint="looked in " + ", ".join(looked) + "; `kvenv profiles` lists what exists",
+        hint="looked in " + ", ".join(dict.fromkeys(looked)) + "; `kvenv profiles` lists them",
     )
 
 
@@ -123,7 +134,7 @@ def iter_profiles(*, cwd: Path | None = None) -> Iterator[tuple[str, str, Path]]
         if not directory.is_dir():
             continue
         for path in sorted(directory.glob("*.toml")):
-            if path.stem not in seen:
+            if path.stem not in seen and _is_name(path.stem):
                 seen.add(path.stem)
                 yield path.stem, origin, path
 
@@ -132,7 +143,7 @@ def _read_raw(path: Path) -> dict[str, Any]:
     try:
         return tomlio.read(path)
     except InputError as exc:
-        raise ProfileError(exc.message, problems=exc.problems, hint=exc.hint) from None
+        raise ProfileNotReadable(exc.message, problems=exc.problems, hint=exc.hint) from None
 
 
 def _merge(base: Mapping[str, Any], over: Mapping[str, Any]) -> dict[str, Any]:
@@ -200,9 +211,8 @@ def load_profile(ref: str | None = None, *, cwd: Path | None = None) -> LoadedPr
     merged: dict[str, Any] = {}
     for _, raw in reversed(chain):
         merged = _merge(merged, raw)
-    merged["extends"] = chain[0][1].get("extends")
-    if merged["extends"] is None:
-        del merged["extends"]
+    for keys in _NOT_INHERITED:
+        _keep_own(merged, chain[0][1], keys)
     try:
         profile = convert.structure(merged, Profile, file=str(path), what="profile")
     except InputError as exc:
@@ -211,29 +221,88 @@ def load_profile(ref: str | None = None, *, cwd: Path | None = None) -> LoadedPr
     problems = check_profile(profile, file=str(path))
     if problems:
         raise ProfileError(f"invalid profile: {path}", problems=problems)
-    return LoadedProfile(profile, path, origin, tuple(p for p, _ in chain))
+    inherited = tuple(_inherited_paths(profile, chain))
+    return LoadedProfile(profile, path, origin, tuple(p for p, _ in chain), inherited)
+
+
+def _inherited_paths(
+    profile: Profile, chain: list[tuple[Path, dict[str, Any]]]
+) -> Iterator[tuple[str, Path]]:
+    values = {"$.host.snapshot": profile.host.snapshot}
+    if profile.native is not None and isinstance(profile.native.source, PathSource):
+        values["$.native.source.path"] = profile.native.source.path
+    for field, value in values.items():
+        owner = _owner(field, chain)
+        if value is not None and owner != chain[0][0]:
+            yield value, project_dir_of(owner)
+
+
+def _keep_own(merged: dict[str, Any], own: Mapping[str, Any], keys: tuple[str, ...]) -> None:
+    """Set ``merged[keys]`` to the child's own value, or remove it when the child has none."""
+    node: Any = own
+    for key in keys:
+        node = node.get(key, _ABSENT) if isinstance(node, Mapping) else _ABSENT
+    target: Any = merged
+    for key in keys[:-1]:
+        target = target.get(key) if isinstance(target, dict) else None
+    if not isinstance(target, dict):
+        return
+    if node is _ABSENT:
+        target.pop(keys[-1], None)
+    else:
+        target[keys[-1]] = node
+
+
+_ABSENT = object()
+
+
+# Each file names itself and its parent; a lock records one profile's digest, so a child
+# gets its own lock (``locks/pylock.NAME.toml`` unless it sets ``overlay.lock``).
+_NOT_INHERITED: tuple[tuple[str, ...], ...] = (("name",), ("extends",), ("overlay", "lock"))
 
 
 def _find_parent(parent: str, child: Path, cwd: Path) -> Path:
-    try:
-        if _looks_like_path(parent):
-            candidate = (child.parent / parent).expanduser()
-            if not candidate.is_file():
-                raise ProfileError(f"profile file not found: {parent}")
+    """A parent named by path is relative to the child's file. A parent named by name is looked
+    up next to the child first, then in the discovery order; the child itself is skipped, so a
+    project profile may extend the built-in profile of the same name."""
+    if _looks_like_path(parent):
+        candidate = child.parent / Path(parent).expanduser()
+        if candidate.is_file():
             return candidate
-        return find_profile(parent, cwd=cwd)[0]
-    except ProfileError as exc:
-        raise ProfileError(
-            f"invalid profile: {child}",
-            problems=[
-                Problem(
-                    f"parent profile {parent!r} not found",
-                    file=str(child),
-                    path="$.extends",
-                    fix=exc.hint or "name an existing profile or .toml file",
-                )
-            ],
-        ) from None
+        fix = f"no file {candidate}; give a .toml path relative to {child.parent}"
+    elif _is_name(parent):
+        directories = [child.parent, *(d for _, d in _search_dirs(cwd))]
+        for directory in directories:
+            candidate = directory / f"{parent}.toml"
+            if candidate.is_file() and not _same_file(candidate, child):
+                return candidate
+        fix = "looked in " + ", ".join(dict.fromkeys(str(d) for d in directories))
+    else:
+        fix = "give a profile name (lowercase letters, digits, '.', '_', '-') or a .toml path"
+    raise ProfileError(
+        f"invalid profile: {child}",
+        problems=[
+            Problem(
+                f"parent profile {parent!r} not found",
+                file=str(child),
+                path="$.extends",
+                fix=fix,
+            )
+        ],
+    )
+
+
+def _same_file(a: Path, b: Path) -> bool:
+    return a.resolve() == b.resolve()
+
+
+def canonicalize_name(name: str) -> str:
+    """PEP 503 normalisation, as ``packaging.utils.canonicalize_name`` (kept local: importing
+    ``packaging.utils`` pulls in ``packaging.tags`` and costs CLI startup time)."""
+    return _SEPARATORS.sub("-", name).lower()
+
+
+_SEPARATORS = re.compile(r"[-_.]+")
 
 
 def check_profile(profile: Profile, *, file: str | None = None) -> list[Problem]:
@@ -281,12 +350,29 @@ def check_profile(profile: Profile, *, file: str | None = None) -> list[Problem]
 
 
 def _check_filename(name: str, version: str, filename: str, file: str | None) -> list[Problem]:
+    """The wheel file name (``{name}-{version}(-{build})?-{python}-{abi}-{platform}.whl``)
+    names the same distribution and version as ``native``."""
+    from packaging.version import InvalidVersion, Version
+
     path = "$.native.source.filename"
-    try:
-        wheel_name, wheel_version, _, _ = parse_wheel_filename(filename)
-    except InvalidWheelFilename as exc:
-        return [Problem(f"not a valid wheel file name: {exc}", file=file, path=path)]
+    parts = filename[: -len(".whl")].split("-")
+    wheel_version: Version | None = None
+    if len(parts) in (5, 6) and all(parts):
+        try:
+            wheel_version = Version(parts[1])
+        except InvalidVersion:
+            wheel_version = None
+    if wheel_version is None:
+        return [
+            Problem(
+                f"{filename!r} is not a valid wheel file name",
+                file=file,
+                path=path,
+                fix="use NAME-VERSION-PYTHON-ABI-PLATFORM.whl, as the wheel was built",
+            )
+        ]
     problems = []
+    wheel_name = canonicalize_name(parts[0])
     if wheel_name != canonicalize_name(name):
         problems.append(
             Problem(
@@ -332,5 +418,9 @@ def loads_profile(text: str, *, file: str = "<text>") -> Profile:
 
 
 def profile_digest(profile: Profile) -> str:
+    """``sha256:`` of the profile's canonical JSON (after ``extends``), recorded in locks."""
+    import hashlib
+    import json
+
     canonical = json.dumps(profile_to_dict(profile), sort_keys=True, separators=(",", ":"))
     return "sha256:" + hashlib.sha256(canonical.encode()).hexdigest()

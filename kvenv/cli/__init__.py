@@ -10,11 +10,15 @@ from __future__ import annotations
 import argparse
 import importlib
 import sys
-from collections.abc import Sequence
-from typing import NoReturn
 
 from kvenv import __version__
-from kvenv.errors import CheckFailed, ConflictError, KvenvError
+
+# ``typing`` and ``kvenv.errors`` (attrs) are imported only when needed, so ``kvenv --version``
+# imports almost nothing (see benchmarks/cli_startup.py).
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Sequence
+    from typing import NoReturn
 
 # Exit codes, documented in the README and docs/: the one mapping from errors to codes.
 EXIT_OK = 0
@@ -28,11 +32,14 @@ _GROUPS: tuple[str, ...] = (
     "kvenv.cli.apply",
     "kvenv.cli.host",
     "kvenv.cli.runtime",
+    "kvenv.cli.bundle",
 )
 
 
 def exit_code_for(error: BaseException) -> int:
     """The one place that maps an error to an exit code."""
+    from kvenv.errors import CheckFailed, ConflictError
+
     if isinstance(error, CheckFailed):
         return EXIT_CHECK_FAILED
     if isinstance(error, ConflictError):
@@ -47,7 +54,9 @@ class _Parser(argparse.ArgumentParser):
         raise SystemExit(EXIT_BAD_INPUT)
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(command: str | None = None) -> argparse.ArgumentParser:
+    """The full parser; given the ``command`` about to run, only the groups up to the one that
+    registers it are imported (CLI startup time). ``--help`` and unknown commands load all."""
     parser = _Parser(
         prog="kvenv",
         description="Pinned native wheels and verified overlays on hosts whose torch/CUDA "
@@ -63,12 +72,21 @@ def build_parser() -> argparse.ArgumentParser:
                 continue  # a command group not built yet
             raise
         module.register(sub)
+        if command is not None and command in sub.choices:
+            break
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = build_parser()
-    args = parser.parse_args(argv)
+    arguments = list(sys.argv[1:] if argv is None else argv)
+    if arguments == ["--version"]:
+        sys.stdout.write(f"kvenv {__version__}\n")  # fast path: no parser, no command groups
+        return EXIT_OK
+    from kvenv.errors import KvenvError
+
+    first = arguments[0] if arguments and not arguments[0].startswith("-") else None
+    parser = build_parser(first)
+    args = parser.parse_args(arguments)
     func = getattr(args, "func", None)
     if func is None:
         parser.print_help()

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import sys
 from typing import Any
 
@@ -16,4 +15,6 @@ def err(text: str) -> None:
 
 
 def emit_json(data: Any) -> None:
+    import json
+
     sys.stdout.write(json.dumps(data, indent=2, sort_keys=False) + "\n")

@@ -1,0 +1,230 @@
+"""Profile commands: ``kvenv profiles``, ``show``, ``validate`` and ``schema``.
+
+Nothing heavy at module level: the profile machinery is imported by the command that runs.
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from kvenv.cli._io import emit_json, out
+
+if TYPE_CHECKING:
+    from kvenv.profiles import LoadedProfile
+
+
+def register(sub: Any) -> None:
+    p = sub.add_parser("profiles", help="list the profiles kvenv can find, and where from")
+    p.add_argument("--json", action="store_true", help="machine-readable output")
+    p.set_defaults(func=cmd_profiles)
+
+    p = sub.add_parser("show", help="show a profile after `extends` (default: the default one)")
+    p.add_argument("profile", nargs="?", metavar="NAME|PATH", help="profile name or .toml path")
+    form = p.add_mutually_exclusive_group()
+    form.add_argument("--json", action="store_true", help="the merged profile and facts as JSON")
+    form.add_argument("--toml", action="store_true", help="the merged profile as TOML")
+    p.set_defaults(func=cmd_show)
+
+    p = sub.add_parser(
+        "validate",
+        help="check profiles (exit 0 all valid, 1 any invalid, 2 any unreadable)",
+    )
+    p.add_argument("profiles", nargs="*", metavar="NAME|PATH", help="default: the default one")
+    p.add_argument("--json", action="store_true", help="machine-readable output")
+    p.set_defaults(func=cmd_validate)
+
+    p = sub.add_parser("schema", help="print a JSON Schema (profile, host, ...)")
+    p.add_argument("name", metavar="NAME", help="which schema, e.g. profile")
+    p.set_defaults(func=cmd_schema)
+
+
+def _display(path: Path) -> str:
+    """``path`` relative to the working directory when it lies below it."""
+    try:
+        return str(path.resolve().relative_to(Path.cwd().resolve()))
+    except ValueError:
+        return str(path)
+
+
+def cmd_profiles(args: argparse.Namespace) -> int:
+    from kvenv.errors import ProfileError
+    from kvenv.profiles import iter_profiles, load_profile
+
+    rows: list[dict[str, Any]] = []
+    for name, origin, path in iter_profiles():
+        row: dict[str, Any] = {"name": name, "origin": origin, "path": _display(path)}
+        try:
+            row["description"] = load_profile(str(path)).profile.description
+            row["valid"] = True
+        except ProfileError as error:
+            row["description"] = f"(invalid: {error.message}; see `kvenv validate {name}`)"
+            row["valid"] = False
+        rows.append(row)
+    if args.json:
+        emit_json({"profiles": rows})
+        return 0
+    if not rows:
+        out("no profiles found")
+        return 0
+    name_width = max(len(r["name"]) for r in rows)
+    origin_width = max(len(r["origin"]) for r in rows)
+    for r in rows:
+        out(f"{r['name']:<{name_width}}  {r['origin']:<{origin_width}}  {r['description']}")
+    return 0
+
+
+def cmd_show(args: argparse.Namespace) -> int:
+    from kvenv.profiles import dump_profile, load_profile, profile_to_dict
+
+    loaded = load_profile(args.profile)
+    if args.toml:
+        out(dump_profile(loaded.profile, schema_line=None).rstrip("\n"))
+    elif args.json:
+        emit_json(
+            {
+                "name": loaded.profile.name,
+                "origin": loaded.origin,
+                "path": str(loaded.path),
+                "chain": [str(p) for p in loaded.chain],
+                "digest": loaded.digest,
+                "lock": str(loaded.lock_path),
+                "snapshot": str(loaded.snapshot_path) if loaded.snapshot_path else None,
+                "profile": profile_to_dict(loaded.profile),
+            }
+        )
+    else:
+        for line in _summary(loaded):
+            out(line)
+    return 0
+
+
+def _summary(loaded: LoadedProfile) -> list[str]:
+    p = loaded.profile
+    lines = [f"profile   {p.name}  ({loaded.origin}: {_display(loaded.path)})"]
+    for parent in loaded.chain[1:]:
+        lines.append(f"extends   {_display(parent)}")
+    if p.description:
+        lines.append(f"about     {p.description}")
+    lines.append(f"digest    {loaded.digest}")
+    t = p.target
+    if t is not None:
+        libc = f", glibc {t.glibc}" if t.glibc else ""
+        lines.append(f"target    {t.implementation} {t.python} ({t.abi}), {t.os} {t.machine}{libc}")
+        gpu = []
+        if t.gpu is not None:
+            g = t.gpu
+            gpu.append(f"{g.count} x {g.model}")
+            if g.compute_capability:
+                gpu.append(f"compute capability {g.compute_capability}")
+            if g.memory_mib:
+                gpu.append(f"{g.memory_mib} MiB")
+        if t.driver_min:
+            gpu.append(f"driver >= {t.driver_min}")
+        if t.cuda:
+            gpu.append(f"CUDA {t.cuda}")
+        if gpu:
+            lines.append(f"gpus      {', '.join(gpu)}")
+    h = p.host
+    snapshot = h.snapshot or "none (live probe)"
+    lines.append(f"host      snapshot {snapshot}; protected: {', '.join(h.protected) or 'none'}")
+    for waiver in h.waivers:
+        lines.append(f"waiver    {waiver.name}: {waiver.reason}")
+    n = p.native
+    if n is not None:
+        size = f", {n.size} bytes" if n.size else ""
+        lines.append(f"native    {n.name} {n.version}{size}, sha256 {n.sha256}")
+        lines.append(f"from      {_source(n.source)}")
+    lock_state = "present" if loaded.lock_path.is_file() else "not written yet: `kvenv lock`"
+    lines.append(f"lock      {p.lock_relpath} ({lock_state})")
+    if p.paths.root or p.paths.cache:
+        lines.append(f"paths     root {p.paths.root or '-'}, cache {p.paths.cache or '-'}")
+    r = p.runtime
+    settings = [
+        f"{key}={_toml_scalar(value)}"
+        for key, value in (
+            ("dtype", r.dtype),
+            ("enforce_eager", r.enforce_eager),
+            ("disable_custom_all_reduce", r.disable_custom_all_reduce),
+            ("tensor_parallel_size", r.tensor_parallel_size),
+            ("max_model_len", r.max_model_len),
+            ("gpu_memory_utilization", r.gpu_memory_utilization),
+            ("attention_backend", r.attention_backend),
+        )
+        if value is not None
+    ]
+    settings += [f"env {key}={value}" for key, value in sorted(r.env.items())]
+    if settings:
+        lines.append(f"runtime   {', '.join(settings)}")
+    return lines
+
+
+def _source(source: Any) -> str:
+    kind = source.kind
+    if kind == "hf":
+        where = "" if source.repo_type == "model" else f" ({source.repo_type})"
+        return f"hf {source.repo}{where} @ {source.revision}: {source.filename}"
+    if kind == "url":
+        return f"url {source.url}"
+    if kind == "path":
+        return f"path {source.path}"
+    index = source.index_url or "the default index"
+    return f"index {index}" + (f": {source.filename}" if source.filename else "")
+
+
+def _toml_scalar(value: object) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return str(value)
+
+
+def cmd_validate(args: argparse.Namespace) -> int:
+    from kvenv.cli import EXIT_BAD_INPUT, EXIT_CHECK_FAILED, EXIT_OK
+    from kvenv.errors import ProfileError
+    from kvenv.profiles import ProfileNotReadable, default_profile_ref, load_profile
+
+    refs: list[str] = args.profiles or [default_profile_ref()]
+    results: list[dict[str, Any]] = []
+    code = EXIT_OK
+    for ref in refs:
+        result: dict[str, Any] = {"ref": ref}
+        try:
+            loaded = load_profile(ref)
+        except ProfileError as error:
+            unreadable = isinstance(error, ProfileNotReadable)
+            result["status"] = "unreadable" if unreadable else "invalid"
+            result["message"] = error.message
+            result["problems"] = [p.to_json() for p in error.problems]
+            result["hint"] = error.hint
+            result["lines"] = [f"  - {p.render()}" for p in error.problems]
+            if error.hint:
+                result["lines"].append(f"  hint: {error.hint}")
+            code = max(code, EXIT_BAD_INPUT if unreadable else EXIT_CHECK_FAILED)
+        else:
+            result["status"] = "valid"
+            result["name"] = loaded.profile.name
+            result["path"] = str(loaded.path)
+            if args.json:  # the digest costs hashlib's import: only where it is shown
+                result["digest"] = loaded.digest
+        results.append(result)
+    if args.json:
+        for result in results:
+            result.pop("lines", None)
+        emit_json({"valid": code == EXIT_OK, "results": results})
+        return code
+    for result in results:
+        if result["status"] == "valid":
+            out(f"valid       {result['name']} ({_display(Path(result['path']))})")
+        else:
+            out(f"{result['status']:<11} {result['ref']}: {result['message']}")
+            for line in result["lines"]:
+                out(line)
+    return code
+
+
+def cmd_schema(args: argparse.Namespace) -> int:
+    from kvenv import schema
+
+    out(schema.dumps(schema.generate(args.name)).rstrip("\n"))
+    return 0

@@ -1,0 +1,109 @@
+"""Hypothesis strategies built from kvenv's attrs models (any model, not only the profile).
+
+``models(cls)`` walks the model's field types the way the converter does: the constrained
+NewTypes of ``kvenv.fields`` (regex patterns, bounds), ``Literal``, ``X | None``, lists, tables
+and the ``kind``-tagged unions. ``valid_profiles()`` then repairs the few rules that span fields
+(ABI matches Python, TP within the GPU count, no duplicates, native not protected, wheel file
+name matching the native name and version), so every example passes ``check_profile``.
+"""
+
+from __future__ import annotations
+
+import types
+import typing
+from typing import Any, Literal, get_args, get_origin
+
+import attrs
+from hypothesis import strategies as st
+
+from kvenv import fields
+from kvenv.profile import HfSource, IndexSource, Profile
+from kvenv.profiles import canonicalize_name
+
+_VERSION = (
+    r"[0-9]{1,3}(\.[0-9]{1,3}){0,3}((a|b|rc)[0-9]{1,2})?(\.post[0-9])?(\.dev[0-9])?"
+    r"(\+[a-z0-9]{1,8}(\.[a-z0-9]{1,8})?)?"
+)
+
+OVERRIDES: dict[object, st.SearchStrategy[Any]] = {
+    fields.Pep440Version: st.from_regex(_VERSION, fullmatch=True),
+}
+
+
+def _pattern(kind: object) -> st.SearchStrategy[str]:
+    pattern, _ = fields.PATTERNS[kind]
+    return st.from_regex(pattern, fullmatch=True).filter(lambda v: fields.check(kind, v) is None)
+
+
+def _bounded(kind: object) -> st.SearchStrategy[Any]:
+    base, low, high, exclusive, _ = fields.BOUNDS[kind]
+    if base is int:
+        return st.integers(min_value=int(low), max_value=int(high) if high else 2**40)
+    return st.floats(min_value=low, max_value=high, exclude_min=exclusive, allow_nan=False)
+
+
+def strategy_for(tp: Any) -> st.SearchStrategy[Any]:
+    if tp in OVERRIDES:
+        return OVERRIDES[tp]
+    if tp in fields.PATTERNS:
+        return _pattern(tp)
+    if tp in fields.BOUNDS:
+        return _bounded(tp)
+    if hasattr(tp, "__supertype__"):
+        return strategy_for(tp.__supertype__)
+    simple: dict[Any, st.SearchStrategy[Any]] = {
+        str: st.text(max_size=20),
+        int: st.integers(min_value=-(2**63), max_value=2**63 - 1),
+        float: st.floats(allow_nan=False),
+        bool: st.booleans(),
+    }
+    if tp in simple:
+        return simple[tp]
+    if attrs.has(tp):
+        return models(tp)
+    origin, args = get_origin(tp), get_args(tp)
+    if origin is Literal:
+        return st.sampled_from(args)
+    if origin in (typing.Union, types.UnionType):
+        present = [a for a in args if a is not type(None)]
+        inner = st.one_of([strategy_for(a) for a in present])
+        return st.none() | inner if len(present) < len(args) else inner
+    if origin is list:
+        return st.lists(strategy_for(args[0]), max_size=3)
+    if origin is dict:
+        return st.dictionaries(strategy_for(args[0]), strategy_for(args[1]), max_size=3)
+    raise TypeError(f"no strategy for {tp!r}")
+
+
+def models(cls: type) -> st.SearchStrategy[Any]:
+    hints = typing.get_type_hints(cls)
+    return st.builds(cls, **{f.name: strategy_for(hints[f.name]) for f in attrs.fields(cls)})
+
+
+def _repair(profile: Profile) -> Profile:
+    target = profile.target
+    if target is not None and target.implementation == "cpython":
+        abi = "cp" + target.python_version.replace(".", "")
+        target = attrs.evolve(target, abi=fields.NonEmpty(abi))
+    runtime = profile.runtime
+    tp = runtime.tensor_parallel_size
+    if target is not None and target.gpu is not None and tp is not None:
+        runtime = attrs.evolve(
+            runtime, tensor_parallel_size=fields.PositiveInt(min(tp, target.gpu.count))
+        )
+    native = profile.native
+    protected = list({canonicalize_name(n): n for n in profile.host.protected}.values())
+    if native is not None:
+        protected = [n for n in protected if canonicalize_name(n) != canonicalize_name(native.name)]
+        source = native.source
+        if isinstance(source, (HfSource, IndexSource)) and source.filename is not None:
+            wheel = f"{native.name.replace('-', '_')}-{native.version}-py3-none-any.whl"
+            source = attrs.evolve(source, filename=fields.WheelFilename(wheel))
+            native = attrs.evolve(native, source=source)
+    waivers = list({canonicalize_name(w.name): w for w in profile.host.waivers}.values())
+    host = attrs.evolve(profile.host, protected=protected, waivers=waivers)
+    return attrs.evolve(profile, target=target, runtime=runtime, native=native, host=host)
+
+
+def valid_profiles() -> st.SearchStrategy[Profile]:
+    return models(Profile).map(_repair)
