@@ -1,0 +1,271 @@
+"""``kvenv inspect-shards`` and ``kvenv serve``. vllm is never imported here."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+from typing import Any
+
+from kvenv.cli._io import emit_json, err, out
+
+EXIT_OK = 0
+EXIT_INVALID = 1
+EXIT_INTERRUPTED = 130
+
+
+def register(sub: Any) -> None:
+    inspect = sub.add_parser(
+        "inspect-shards",
+        help="check a vLLM sharded_state checkpoint from its safetensors headers",
+        description="Read every shard's safetensors header (never the tensor data) and check "
+        "the layout, metadata files, kvenv-shards.json and the expected topology. "
+        "Exit 0 valid, 1 invalid, 2 bad input.",
+    )
+    inspect.add_argument("path", help="the checkpoint directory")
+    inspect.add_argument(
+        "--tensor-parallel-size",
+        "-tp",
+        type=int,
+        metavar="N",
+        help="the TP size it will be loaded with (a mismatch is an error)",
+    )
+    inspect.add_argument(
+        "--pipeline-parallel-size",
+        "-pp",
+        type=int,
+        metavar="N",
+        help="the PP size it will be loaded with",
+    )
+    inspect.add_argument(
+        "--verify",
+        action="store_true",
+        help="also check every sha256 recorded in kvenv-shards.json",
+    )
+    inspect.add_argument("--json", action="store_true", help="print the result as JSON")
+    inspect.set_defaults(func=run_inspect)
+
+    serve = sub.add_parser(
+        "serve",
+        help="launch `vllm serve` safely (loopback, key via the environment, /health)",
+        description="Start `vllm serve MODEL` with the profile's runtime defaults. Binds "
+        "127.0.0.1 unless --public (which needs --api-key-env). Arguments after `--` go to "
+        "vLLM unchanged. Without --wait the server runs in the foreground and its exit code "
+        "is returned; with --wait kvenv returns once /health answers 200 and leaves it running.",
+    )
+    serve.add_argument("model", help="model name or directory")
+    serve.add_argument(
+        "--profile",
+        help="profile name or .toml path (default: $KVENV_PROFILE or the built-in default)",
+    )
+    serve.add_argument("--served-model-name")
+    serve.add_argument("--revision")
+    serve.add_argument("--load-format")
+    serve.add_argument("--host", help="a loopback address (anything else needs --public)")
+    serve.add_argument("--port", type=int, default=8000)
+    serve.add_argument("--tensor-parallel-size", "-tp", type=int, metavar="N")
+    serve.add_argument("--pipeline-parallel-size", "-pp", type=int, metavar="N")
+    serve.add_argument("--dtype")
+    serve.add_argument("--max-model-len", type=int)
+    serve.add_argument("--gpu-memory-utilization", type=float)
+    serve.add_argument("--max-num-seqs", type=int)
+    serve.add_argument("--max-num-batched-tokens", type=int)
+    serve.add_argument("--seed", type=int)
+    serve.add_argument("--attention-backend")
+    for flag in ("enforce-eager", "disable-custom-all-reduce", "enable-prefix-caching"):
+        serve.add_argument(f"--{flag}", action=argparse.BooleanOptionalAction, default=None)
+    serve.add_argument(
+        "--public",
+        action="store_true",
+        help="bind all interfaces (0.0.0.0 unless --host); requires --api-key-env",
+    )
+    serve.add_argument(
+        "--api-key-env",
+        metavar="VAR",
+        help="environment variable holding the API key (passed as VLLM_API_KEY)",
+    )
+    serve.add_argument(
+        "--wait",
+        action="store_true",
+        help="start in the background, wait for /health 200, then return",
+    )
+    serve.add_argument(
+        "--timeout",
+        type=float,
+        default=900.0,
+        metavar="S",
+        help="seconds --wait allows for readiness (default 900)",
+    )
+    serve.add_argument(
+        "--log",
+        metavar="FILE",
+        help="server log file (default with --wait: ./kvenv-serve-PORT.log)",
+    )
+    serve.add_argument("--vllm", metavar="EXE", default="vllm", help="the vllm executable")
+    serve.add_argument(
+        "--no-gpu-check", action="store_true", help="skip checking TP against the visible GPUs"
+    )
+    serve.add_argument("--dry-run", action="store_true", help="print the command, start nothing")
+    serve.add_argument("--json", action="store_true", help="with --dry-run: print JSON")
+    serve.set_defaults(func=run_serve, extra=[])
+    _split_at_double_dash(serve)
+
+
+def _split_at_double_dash(parser: argparse.ArgumentParser) -> None:
+    """Everything after the first ``--`` goes to ``args.extra`` untouched."""
+    parse = parser.parse_known_args
+
+    def parse_known_args(
+        args: Sequence[str] | None = None, namespace: argparse.Namespace | None = None
+    ) -> tuple[argparse.Namespace, list[str]]:
+        items = list(sys.argv[1:] if args is None else args)
+        tail: list[str] = []
+        if "--" in items:
+            cut = items.index("--")
+            items, tail = items[:cut], items[cut + 1 :]
+        parsed, rest = parse(items, namespace)
+        parsed.extra = tail
+        return parsed, rest
+
+    setattr(parser, "parse_known_args", parse_known_args)
+
+
+# --- inspect-shards ----------------------------------------------------------------------------
+
+
+def run_inspect(args: argparse.Namespace) -> int:
+    from kvenv.runtime.shards import inspect_shards
+
+    result = inspect_shards(
+        args.path,
+        tensor_parallel_size=args.tensor_parallel_size,
+        pipeline_parallel_size=args.pipeline_parallel_size,
+        verify=args.verify,
+    )
+    if args.json:
+        emit_json(result.to_json())
+    else:
+        _print_inspection(result)
+    return EXIT_OK if result.valid else EXIT_INVALID
+
+
+def _size(count: int) -> str:
+    value = float(count)
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if value < 1024 or unit == "GiB":
+            return f"{value:.0f} {unit}" if unit == "B" else f"{value:.1f} {unit}"
+        value /= 1024
+    return f"{count} B"
+
+
+def _print_inspection(result: Any) -> None:
+    verdict = "valid" if result.valid else "INVALID"
+    out(f"{result.path}: {verdict}")
+    stages = f", {result.stage_count} pipeline stages" if result.pattern == "pp-tp" else ""
+    out(f"  topology: {result.rank_count} tensor-parallel rank(s){stages}")
+    out(
+        f"  {len(result.shards)} shard file(s), {_size(result.total_size)}, "
+        f"{result.tensor_count} tensors"
+    )
+    for shard in result.shards:
+        stage = f"stage {shard.stage} " if result.pattern == "pp-tp" else ""
+        dtypes = ", ".join(f"{k} {_size(v)}" for k, v in shard.dtypes.items()) or "empty"
+        out(
+            f"    {stage}rank {shard.rank} part {shard.part}: {shard.name} "
+            f"({_size(shard.size)}; {dtypes})"
+        )
+    if result.metadata_files:
+        out(f"  metadata: {', '.join(result.metadata_files)}")
+    if result.manifest is not None:
+        m = result.manifest
+        checked = "sizes and sha256 verified" if result.verified else "sizes checked"
+        out(
+            f"  manifest: TP {m.tensor_parallel_size}, PP {m.pipeline_parallel_size}, "
+            f"vLLM {m.vllm_version or '?'}, dtype {m.dtype or '?'} ({checked})"
+        )
+    for missing in result.missing_metadata:
+        err(f"error: required metadata file {missing} is missing")
+    for problem in result.errors:
+        err(f"error: {problem.render()}")
+    for topology in result.topology_errors:
+        err(f"topology error: {topology}")
+    for warning in result.warnings:
+        err(f"warning: {warning}")
+
+
+# --- serve -------------------------------------------------------------------------------------
+
+
+def run_serve(args: argparse.Namespace) -> int:
+    from kvenv.runtime.serve import (
+        build_argv,
+        default_log_path,
+        env_summary,
+        render_command,
+        serve_config,
+        start_server,
+        validate,
+    )
+
+    config = serve_config(
+        args.model,
+        profile=args.profile,
+        served_model_name=args.served_model_name,
+        revision=args.revision,
+        load_format=args.load_format,
+        host=args.host,
+        port=args.port,
+        tensor_parallel_size=args.tensor_parallel_size,
+        pipeline_parallel_size=args.pipeline_parallel_size,
+        dtype=args.dtype,
+        max_model_len=args.max_model_len,
+        gpu_memory_utilization=args.gpu_memory_utilization,
+        max_num_seqs=args.max_num_seqs,
+        max_num_batched_tokens=args.max_num_batched_tokens,
+        seed=args.seed,
+        attention_backend=args.attention_backend,
+        enforce_eager=args.enforce_eager,
+        disable_custom_all_reduce=args.disable_custom_all_reduce,
+        enable_prefix_caching=args.enable_prefix_caching,
+        public=args.public,
+        api_key_env=args.api_key_env,
+        extra_args=tuple(args.extra),
+        executable=(args.vllm,),
+    )
+    if args.dry_run:
+        validate(config, validate_gpus=not args.no_gpu_check)
+        if args.json:
+            emit_json(
+                {
+                    "argv": build_argv(config),
+                    "env": env_summary(config),
+                    "url": config.base_url,
+                }
+            )
+        else:
+            for key, value in env_summary(config).items():
+                out(f"# env {key}={value}")
+            out(render_command(config))
+        return EXIT_OK
+    log = args.log
+    if args.wait and log is None:
+        log = default_log_path(config)
+    server = start_server(
+        config,
+        wait=args.wait,
+        timeout=args.timeout,
+        log=log,
+        validate_gpus=not args.no_gpu_check,
+    )
+    if args.wait:
+        out(f"ready: {server.url} (pid {server.pid}, log {server.log_path})")
+        out(f"stop it with: kill -TERM -- -{server.pid}")
+        return EXIT_OK
+    err(f"kvenv: serving {config.model} at {server.url} (pid {server.pid})")
+    try:
+        code: int = server.wait()
+    except KeyboardInterrupt:
+        status = server.stop()
+        err(f"kvenv: server stopped ({status})")
+        return EXIT_INTERRUPTED
+    return code

@@ -1,0 +1,578 @@
+"""``kvenv.runtime.LLM``: ``vllm.LLM`` with a profile's defaults, checked keywords and a guard.
+
+vllm is imported only when an ``LLM`` is built. Before vLLM starts, every keyword is checked
+against the installed vLLM (``EngineArgs`` fields and ``LLM.__init__`` parameters), the
+tensor-parallel size against the visible GPUs, and a ``sharded_state`` checkpoint against the
+requested topology (vLLM itself loads a checkpoint saved with another TP size and silently
+narrows the weights). Everything else is delegated to the wrapped ``vllm.LLM``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import importlib
+import inspect
+import os
+import shutil
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import attrs
+from packaging.version import InvalidVersion, Version
+
+from kvenv.errors import KvenvError, Problem, RuntimeNotReady, ShardError, UsageError
+from kvenv.runtime import gpus
+from kvenv.runtime.shards import (
+    MANIFEST_NAME,
+    PP_AND_TP_PATTERN,
+    TP_ONLY_PATTERN,
+    WEIGHT_SUFFIXES,
+    ShardInspection,
+    build_manifest,
+    inspect_shards,
+    write_manifest,
+)
+
+KAGGLE_PROFILE = "kaggle-t4x2-cu128"
+DEFAULT_MAX_SHARD_SIZE = 2 * 1024**3
+ATTENTION_ENV = "VLLM_ATTENTION_BACKEND"
+# The keywords kvenv consumes itself, whatever the installed vLLM accepts.
+_OWN_KEYWORDS = frozenset({"attention_backend"})
+# From this vLLM on, pipeline stages get their own file names (model-pp-S-tp-R-part-P).
+_PP_PATTERN_SINCE = Version("0.32")
+# The profile's runtime fields that become engine keywords as they are.
+_PLAIN_DEFAULTS = (
+    "dtype",
+    "enforce_eager",
+    "disable_custom_all_reduce",
+    "tensor_parallel_size",
+    "max_model_len",
+    "gpu_memory_utilization",
+)
+
+
+@attrs.frozen
+class RuntimeDefaults:
+    """A profile's runtime section, as the wrapper and ``serve`` use it."""
+
+    profile: str | None
+    engine: dict[str, Any]
+    attention_backend: str | None
+    env: dict[str, str]
+
+
+def runtime_defaults(profile: str | None) -> RuntimeDefaults:
+    """Load ``profile`` (a name or .toml path; None: the default profile) and return its
+    runtime defaults, without the fields left unset (None means "don't pass")."""
+    from kvenv.profiles import load_profile
+
+    loaded = load_profile(profile)
+    runtime = loaded.profile.runtime
+    engine = {
+        name: getattr(runtime, name)
+        for name in _PLAIN_DEFAULTS
+        if getattr(runtime, name) is not None
+    }
+    return RuntimeDefaults(
+        profile=loaded.profile.name,
+        engine=engine,
+        attention_backend=runtime.attention_backend,
+        env={str(k): v for k, v in runtime.env.items()},
+    )
+
+
+# --- importing vllm ----------------------------------------------------------------------------
+
+
+def import_vllm(profile: str | None = None) -> ModuleType:
+    """Import vllm; when it is missing, activate the applied runtime and try once more."""
+    try:
+        return importlib.import_module("vllm")
+    except ModuleNotFoundError as exc:
+        if exc.name != "vllm":
+            raise _broken(exc) from None
+    activated = activate_runtime(profile)
+    if activated:
+        importlib.invalidate_caches()
+        try:
+            return importlib.import_module("vllm")
+        except ModuleNotFoundError as exc:
+            if exc.name != "vllm":
+                raise _broken(exc) from None
+        raise RuntimeNotReady(
+            "vLLM is still not importable after activating the applied runtime",
+            hint="the applied runtime looks incomplete: run `kvenv apply` again",
+        )
+    raise RuntimeNotReady(
+        "vLLM is not importable and no applied runtime was found",
+        hint="run `kvenv apply` (with --profile to pick a profile), then try again",
+    )
+
+
+def _broken(exc: ModuleNotFoundError) -> RuntimeNotReady:
+    return RuntimeNotReady(
+        f"vLLM is installed but cannot be imported: module {exc.name!r} is missing",
+        hint="the overlay is incomplete or does not match this host: run `kvenv apply` "
+        "and `kvenv doctor`",
+    )
+
+
+def activate_runtime(profile: str | None) -> bool:
+    try:
+        from kvenv.activation import activate_in_process
+    except ModuleNotFoundError as exc:
+        if exc.name == "kvenv.activation":
+            return False
+        raise
+    return bool(activate_in_process(profile=profile, manifest=None))
+
+
+def vllm_version(vllm: ModuleType) -> Version | None:
+    try:
+        return Version(str(getattr(vllm, "__version__", "")))
+    except InvalidVersion:
+        return None
+
+
+# --- keywords ----------------------------------------------------------------------------------
+
+
+@attrs.frozen
+class Keywords:
+    """What the installed vLLM accepts."""
+
+    engine_fields: frozenset[str]
+    llm_parameters: frozenset[str]
+
+    @property
+    def all(self) -> frozenset[str]:
+        return self.engine_fields | self.llm_parameters | _OWN_KEYWORDS
+
+
+def accepted_keywords(vllm: ModuleType) -> Keywords:
+    """``EngineArgs`` fields and ``LLM.__init__`` keyword parameters of the installed vLLM."""
+    engine_args = vllm.EngineArgs
+    if dataclasses.is_dataclass(engine_args):
+        fields = {f.name for f in dataclasses.fields(engine_args) if f.init}
+    else:
+        fields = _parameters(engine_args.__init__)
+    return Keywords(frozenset(fields), frozenset(_parameters(vllm.LLM.__init__)))
+
+
+def _parameters(func: Callable[..., Any]) -> set[str]:
+    kinds = (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)
+    return {
+        p.name
+        for p in inspect.signature(func).parameters.values()
+        if p.kind in kinds and p.name != "self"
+    }
+
+
+def check_keywords(names: list[str], keywords: Keywords, version: str) -> None:
+    """Refuse names the installed vLLM does not accept, each with the closest valid name."""
+    valid = sorted(keywords.all)
+    problems = []
+    for name in names:
+        if name in keywords.all:
+            continue
+        close = difflib.get_close_matches(name, valid, n=1, cutoff=0.6)
+        fix = f"did you mean {close[0]!r}?" if close else "see `vllm serve --help` for the names"
+        problems.append(Problem(f"unknown keyword argument {name!r}", path=name, fix=fix))
+    if problems:
+        raise UsageError(
+            f"vLLM {version} does not accept " + ", ".join(repr(p.path) for p in problems),
+            problems=problems,
+        )
+
+
+def _positive(name: str, value: object) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise UsageError(f"{name} must be a positive integer, got {value!r}")
+    return value
+
+
+def check_gpus(tensor_parallel_size: int, pipeline_parallel_size: int = 1) -> None:
+    """Refuse a TP×PP world that needs more GPUs than are visible (skipped when unknown)."""
+    need = tensor_parallel_size * pipeline_parallel_size
+    found = gpus.visible_gpu_count()
+    if found.count is not None and need > found.count:
+        what = f"tensor_parallel_size={tensor_parallel_size}"
+        if pipeline_parallel_size > 1:
+            what += f" × pipeline_parallel_size={pipeline_parallel_size}"
+        raise UsageError(
+            f"{what} requires at least {need} visible GPUs; found {found.describe()}",
+            hint="lower tensor_parallel_size, or make more GPUs visible (CUDA_VISIBLE_DEVICES)",
+        )
+
+
+# --- the wrapper -------------------------------------------------------------------------------
+
+
+class LLM:
+    """``vllm.LLM`` with a profile's runtime defaults; every keyword you pass wins.
+
+    ``profile`` is a profile name or .toml path; None means the default profile
+    (``$KVENV_PROFILE``, else the built-in Kaggle profile). A keyword set to None is not passed
+    to vLLM at all (vLLM's own default applies). ``validate_gpus=False`` skips the GPU count
+    check. Attributes and methods not defined here are those of the wrapped ``vllm.LLM``.
+    """
+
+    default_profile: str | None = None
+
+    def __init__(
+        self,
+        model: str | os.PathLike[str],
+        *,
+        profile: str | None = None,
+        validate_gpus: bool = True,
+        **kwargs: Any,
+    ) -> None:
+        defaults = runtime_defaults(profile if profile is not None else self.default_profile)
+        self.profile: str | None = defaults.profile
+        vllm = import_vllm(profile if profile is not None else self.default_profile)
+        self.vllm_version: str = str(getattr(vllm, "__version__", "unknown"))
+        keywords = accepted_keywords(vllm)
+        check_keywords(list(kwargs), keywords, self.vllm_version)
+        engine, env, dropped = _merge(defaults, kwargs, keywords)
+        self.dropped_defaults: tuple[str, ...] = dropped
+        tp = _positive("tensor_parallel_size", engine.get("tensor_parallel_size", 1))
+        pp = _positive("pipeline_parallel_size", engine.get("pipeline_parallel_size", 1))
+        if validate_gpus and engine.get("distributed_executor_backend") in (None, "mp", "uni"):
+            check_gpus(tp, pp)
+        self.model = os.fspath(model)
+        self.inspection: ShardInspection | None = None
+        if engine.get("load_format") == "sharded_state":
+            self.inspection = guard_sharded_load(
+                self.model, tp, pp, engine.get("model_loader_extra_config"), vllm_version(vllm)
+            )
+        for key, value in env.items():
+            if key == ATTENTION_ENV and "attention_backend" in kwargs:
+                os.environ[key] = value
+            else:
+                os.environ.setdefault(key, value)
+        self.engine_kwargs: dict[str, Any] = dict(engine)
+        self.llm: Any = vllm.LLM(model=self.model, **engine)
+
+    def __getattr__(self, name: str) -> Any:
+        wrapped = self.__dict__.get("llm")
+        if wrapped is None:
+            raise AttributeError(name)
+        return getattr(wrapped, name)
+
+    def save_sharded_model(
+        self,
+        path: str | os.PathLike[str],
+        *,
+        max_size: int | None = DEFAULT_MAX_SHARD_SIZE,
+        metadata_source: str | os.PathLike[str] | None = None,
+    ) -> ShardInspection:
+        """Save the loaded weights as a ``sharded_state`` checkpoint in ``path`` and inspect it.
+
+        ``path`` must not exist or be an empty directory, and must not be reached through a
+        link. The source model's non-weight files (config, tokenizer, ...) are copied from
+        ``metadata_source`` or the model directory (or its Hugging Face cache snapshot), then
+        ``kvenv-shards.json`` records the topology and every file's size and sha256.
+        """
+        if max_size is not None:
+            _positive("max_size", max_size)
+        tp = int(self.engine_kwargs.get("tensor_parallel_size", 1))
+        pp = int(self.engine_kwargs.get("pipeline_parallel_size", 1))
+        version = _parse_version(self.vllm_version)
+        if pp > 1 and (version is None or version < _PP_PATTERN_SINCE):
+            raise UsageError(
+                f"vLLM {self.vllm_version} cannot save a pipeline-parallel sharded checkpoint: "
+                "its stages write the same file names and overwrite each other",
+                hint="save with pipeline_parallel_size=1, or use vLLM 0.32 or later",
+            )
+        pattern = PP_AND_TP_PATTERN if pp > 1 else TP_ONLY_PATTERN
+        destination = Path(path)
+        source = _metadata_source(self.model, metadata_source, self.engine_kwargs.get("revision"))
+        save = save_route(self.llm)
+        created = prepare_destination(destination)
+        try:
+            save(os.fspath(destination.absolute()), pattern, max_size)
+            if source is not None:
+                copy_metadata(source.directory, destination, allow_links_into=source.links_into)
+            manifest = build_manifest(
+                destination,
+                tensor_parallel_size=tp,
+                pipeline_parallel_size=pp,
+                pattern=pattern,
+                vllm_version=self.vllm_version,
+                dtype=_text(self.engine_kwargs.get("dtype")),
+                quantization=_text(self.engine_kwargs.get("quantization")),
+                source_model=self.model,
+            )
+            write_manifest(destination, manifest)
+        except BaseException as exc:
+            _undo(destination, created)
+            if isinstance(exc, KvenvError) or not isinstance(exc, Exception):
+                raise
+            raise ShardError(
+                f"saving the sharded checkpoint to {destination} failed: "
+                f"{type(exc).__name__}: {exc}",
+                hint="nothing was kept; fix the cause and save again",
+            ) from exc
+        return inspect_shards(destination, tensor_parallel_size=tp, pipeline_parallel_size=pp)
+
+
+class KaggleLLM(LLM):
+    """:class:`LLM` bound to the ``kaggle-t4x2-cu128`` profile (2 × Tesla T4): float16, eager,
+    custom all-reduce off, tensor_parallel_size 2, the Triton attention backend."""
+
+    default_profile = KAGGLE_PROFILE
+
+
+def _text(value: object) -> str | None:
+    return None if value is None else str(value)
+
+
+def _parse_version(text: str) -> Version | None:
+    try:
+        return Version(text)
+    except InvalidVersion:
+        return None
+
+
+def _merge(
+    defaults: RuntimeDefaults, user: Mapping[str, Any], keywords: Keywords
+) -> tuple[dict[str, Any], dict[str, str], tuple[str, ...]]:
+    """Profile defaults, then the user's keywords; the attention backend routed per version.
+
+    Returns the engine keywords, the environment to set, and the profile defaults the
+    installed vLLM does not know (dropped).
+    """
+    engine: dict[str, Any] = {}
+    dropped: list[str] = []
+    for name, value in defaults.engine.items():
+        if name in keywords.engine_fields or name in keywords.llm_parameters:
+            engine[name] = value
+        else:
+            dropped.append(name)
+    engine.update(user)
+    env = dict(defaults.env)
+    backend = engine.pop("attention_backend", defaults.attention_backend)
+    if backend is not None and not (
+        "attention_backend" not in user and _config_names_backend(engine.get("attention_config"))
+    ):
+        if "attention_backend" in keywords.engine_fields:
+            engine["attention_backend"] = backend
+        elif "attention_config" in keywords.llm_parameters and "attention_config" not in engine:
+            engine["attention_config"] = {"backend": backend}
+        else:
+            env[ATTENTION_ENV] = str(backend)
+    return {k: v for k, v in engine.items() if v is not None}, env, tuple(dropped)
+
+
+def _config_names_backend(config: object) -> bool:
+    if isinstance(config, Mapping):
+        return config.get("backend") is not None
+    return getattr(config, "backend", None) is not None
+
+
+# --- the sharded_state guard -------------------------------------------------------------------
+
+
+def guard_sharded_load(
+    model: str,
+    tensor_parallel_size: int,
+    pipeline_parallel_size: int,
+    loader_config: object,
+    version: Version | None,
+) -> ShardInspection | None:
+    """Inspect a local ``sharded_state`` checkpoint and refuse a topology that does not match.
+
+    Returns None (no check possible) for a model that is not a local directory, or when a
+    custom file pattern is configured.
+    """
+    if isinstance(loader_config, Mapping) and "pattern" in loader_config:
+        return None
+    if not os.path.isdir(model):
+        return None
+    inspection = inspect_shards(
+        model,
+        tensor_parallel_size=tensor_parallel_size,
+        pipeline_parallel_size=pipeline_parallel_size,
+    )
+    problems = inspection.problems()
+    if inspection.pattern == "pp-tp" and version is not None and version < _PP_PATTERN_SINCE:
+        problems.append(
+            Problem(
+                f"vLLM {version} cannot load model-pp-*-tp-* files (that pattern needs vLLM 0.32+)",
+                file=inspection.path,
+            )
+        )
+    if problems:
+        raise ShardError(
+            f"refusing to load the sharded checkpoint {model}",
+            problems=problems,
+            hint="vLLM does not check this itself; `kvenv inspect-shards PATH` shows the details",
+        )
+    return inspection
+
+
+# --- saving ------------------------------------------------------------------------------------
+
+SaveFunction = Callable[[str, str | None, int | None], object]
+
+
+def save_route(llm: Any) -> SaveFunction:
+    """How the installed vLLM saves sharded state: ``LLM.collective_rpc`` (0.10.2+), the V1
+    ``engine_core`` client, or the V0 ``model_executor``."""
+    rpc = getattr(llm, "collective_rpc", None)
+    if callable(rpc):
+
+        def via_rpc(path: str, pattern: str | None, max_size: int | None) -> object:
+            return rpc(
+                "save_sharded_state",
+                kwargs={"path": path, "pattern": pattern, "max_size": max_size},
+            )
+
+        return via_rpc
+    engine = getattr(llm, "llm_engine", None)
+    for holder in (getattr(engine, "engine_core", None), getattr(engine, "model_executor", None)):
+        method = getattr(holder, "save_sharded_state", None)
+        if callable(method):
+
+            def via_engine(
+                path: str, pattern: str | None, max_size: int | None, method: Any = method
+            ) -> object:
+                return method(path=path, pattern=pattern, max_size=max_size)
+
+            return via_engine
+    raise RuntimeNotReady(
+        "this vLLM exposes no way to save sharded state (no LLM.collective_rpc, "
+        "llm_engine.engine_core.save_sharded_state or "
+        "llm_engine.model_executor.save_sharded_state)",
+        hint="use a vLLM release that supports load_format='sharded_state'",
+    )
+
+
+def _link_in(path: Path) -> Path | None:
+    """The first component of ``path`` (absolute) that is a symbolic link, if any."""
+    current = Path(path.absolute().anchor)
+    for part in path.absolute().parts[1:]:
+        current = current / part
+        if current.is_symlink():
+            return current
+        if not current.exists():
+            return None
+    return None
+
+
+def prepare_destination(destination: Path) -> bool:
+    """Check the save destination; create it when absent. Returns True when it was created."""
+    link = _link_in(destination)
+    if link is not None:
+        raise ShardError(
+            f"refusing a destination reached through a link: {link} -> {os.readlink(link)}",
+            hint=f"pass the real path, {destination.resolve()}",
+        )
+    if destination.exists():
+        if not destination.is_dir():
+            raise ShardError(
+                f"refusing to save over a file: {destination}", hint="pass a new or empty directory"
+            )
+        if any(destination.iterdir()):
+            raise ShardError(
+                f"refusing to save into a non-empty directory: {destination}",
+                hint="pass a new or empty directory; nothing is merged or removed",
+            )
+        return False
+    destination.mkdir(parents=True)
+    return True
+
+
+def _undo(destination: Path, created: bool) -> None:
+    if created:
+        shutil.rmtree(destination, ignore_errors=True)
+        return
+    for entry in destination.iterdir():
+        if entry.is_dir() and not entry.is_symlink():
+            shutil.rmtree(entry, ignore_errors=True)
+        else:
+            entry.unlink(missing_ok=True)
+
+
+@attrs.frozen
+class MetadataSource:
+    directory: Path
+    links_into: Path | None = None  # links are followed only into this tree (the hub cache)
+
+
+def _metadata_source(
+    model: str, explicit: str | os.PathLike[str] | None, revision: object
+) -> MetadataSource | None:
+    if explicit is not None:
+        directory = Path(explicit)
+        if directory.is_symlink() or not directory.is_dir():
+            raise ShardError(f"metadata_source must be a real directory: {directory}")
+        return MetadataSource(directory)
+    if os.path.isdir(model):
+        if Path(model).is_symlink():
+            raise ShardError(
+                f"refusing to copy metadata from a linked model directory: {model}",
+                hint="pass metadata_source= with the real directory",
+            )
+        return MetadataSource(Path(model))
+    snapshot = _hub_snapshot(model, None if revision is None else str(revision))
+    if snapshot is None:
+        raise ShardError(
+            f"cannot find the files of {model!r} to copy config and tokenizer from",
+            hint="pass metadata_source= with a local directory holding config.json and the "
+            "tokenizer files",
+        )
+    return MetadataSource(snapshot, links_into=snapshot.parent.parent)
+
+
+def _hub_snapshot(repo: str, revision: str | None) -> Path | None:
+    """The local Hugging Face cache snapshot of ``repo`` (no network), if there is one."""
+    try:
+        from huggingface_hub import snapshot_download
+    except ImportError:
+        return None
+    try:
+        found = snapshot_download(repo_id=repo, revision=revision, local_files_only=True)
+    except (OSError, ValueError):  # not cached, or not a repository id
+        return None
+    path = Path(found)
+    return path if path.is_dir() else None
+
+
+def copy_metadata(source: Path, destination: Path, *, allow_links_into: Path | None = None) -> None:
+    """Copy the non-weight files of ``source`` into ``destination``; refuse links (except,
+    for a hub cache snapshot, links that resolve inside ``allow_links_into``)."""
+    entries = [
+        entry
+        for entry in sorted(source.iterdir())
+        if not entry.name.endswith(WEIGHT_SUFFIXES) and entry.name != MANIFEST_NAME
+    ]
+    for entry in entries:
+        for item in [entry, *(entry.rglob("*") if _real_dir(entry) else [])]:
+            if item.is_symlink() and not _link_allowed(item, allow_links_into):
+                raise ShardError(
+                    f"refusing to copy a link from the source model: {item} -> {os.readlink(item)}",
+                    hint="replace the link with the file, or pass metadata_source=",
+                )
+    for entry in entries:
+        target = destination / entry.name
+        if target.exists():
+            continue
+        if entry.is_dir():
+            shutil.copytree(entry, target, symlinks=False)
+        else:
+            shutil.copy2(entry, target)
+
+
+def _real_dir(path: Path) -> bool:
+    return path.is_dir() and not path.is_symlink()
+
+
+def _link_allowed(link: Path, root: Path | None) -> bool:
+    if root is None:
+        return False
+    target = link.resolve()
+    return target.is_relative_to(root.resolve()) and target.is_file()

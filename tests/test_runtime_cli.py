@@ -1,0 +1,73 @@
+"""`kvenv inspect-shards`: exit codes 0 valid, 1 invalid, 2 bad input; text and JSON."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from kvenv.cli import main
+from tests.fake_vllm.checkpoints import make_pp_checkpoint, make_tp_checkpoint
+
+
+def test_valid(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    root = make_tp_checkpoint(tmp_path / "c", 2, parts=2)
+    assert main(["inspect-shards", str(root), "--tensor-parallel-size", "2"]) == 0
+    captured = capsys.readouterr()
+    assert f"{root}: valid" in captured.out
+    assert "rank 1 part 1: model-rank-1-part-1.safetensors" in captured.out
+    assert "warning: no kvenv-shards.json" in captured.err
+
+
+def test_topology_mismatch_exits_1(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    root = make_tp_checkpoint(tmp_path / "c", 2)
+    assert main(["inspect-shards", str(root), "-tp", "1"]) == 1
+    captured = capsys.readouterr()
+    assert "INVALID" in captured.out
+    assert "topology error: checkpoint has 2 ranks" in captured.err
+
+
+def test_json(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    root = make_pp_checkpoint(tmp_path / "pp", tp=2, pp=2)
+    assert main(["inspect-shards", str(root), "--json", "-pp", "3", "--verify"]) == 1
+    data = json.loads(capsys.readouterr().out)
+    assert data["valid"] is False
+    assert (data["rank_count"], data["stage_count"]) == (2, 2)
+    assert "pipeline_parallel_size=3" in data["topology_errors"][0]
+    assert len(data["shards"]) == 4
+
+
+def test_damaged_file_exits_1(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    root = make_tp_checkpoint(tmp_path / "c", 1)
+    (root / "model-rank-0-part-0.safetensors").write_bytes(b"\x05\x00")
+    assert main(["inspect-shards", str(root)]) == 1
+    assert "model-rank-0-part-0.safetensors: $: file is 2 bytes" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("case", ["missing", "file", "empty", "link", "bad-tp"])
+def test_bad_input_exits_2(tmp_path: Path, capsys: pytest.CaptureFixture[str], case: str) -> None:
+    root = make_tp_checkpoint(tmp_path / "c", 1)
+    target = {
+        "missing": tmp_path / "nope",
+        "file": root / "config.json",
+        "empty": tmp_path / "e",
+        "link": tmp_path / "l",
+        "bad-tp": root,
+    }[case]
+    if case == "empty":
+        target.mkdir()
+    if case == "link":
+        target.symlink_to(root)
+    extra = ["-tp", "0"] if case == "bad-tp" else []
+    assert main(["inspect-shards", str(target), *extra]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("kvenv: error: ")
+    assert "Traceback" not in err
+
+
+def test_commands_are_registered(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit):
+        main(["--help"])
+    out = capsys.readouterr().out
+    assert "inspect-shards" in out and "serve" in out

@@ -1,0 +1,46 @@
+"""Counting visible GPUs through kvenv.probe, on recorded hosts."""
+
+from __future__ import annotations
+
+from kvenv.probe.effects import Effects, RunResult
+from kvenv.runtime.gpus import visible_gpu_count
+
+QUERY = (
+    "nvidia-smi --query-gpu=index,uuid,name,compute_cap,memory.total --format=csv,noheader,nounits"
+)
+PROC = {
+    "/proc/driver/nvidia/version": "NVRM version: NVIDIA UNIX x86_64 Kernel Module  580.95.05\n"
+}
+TWO_T4 = "0, GPU-aaaa1111, Tesla T4, 7.5, 15360\n1, GPU-bbbb2222, Tesla T4, 7.5, 15360\n"
+
+
+def _host(environ: dict[str, str] | None = None, *, driver: bool = True) -> Effects:
+    return Effects.recorded(
+        files=PROC if driver else {},
+        commands={QUERY: RunResult(0, TWO_T4, "")} if driver else {},
+        environ=environ,
+    )
+
+
+def test_all_gpus_visible() -> None:
+    found = visible_gpu_count(_host())
+    assert found.count == 2
+    assert found.describe() == "2 (NVIDIA driver)"
+
+
+def test_cuda_visible_devices_applies() -> None:
+    assert visible_gpu_count(_host({"CUDA_VISIBLE_DEVICES": "1"})).count == 1
+    assert visible_gpu_count(_host({"CUDA_VISIBLE_DEVICES": "GPU-bbbb"})).count == 1
+    assert visible_gpu_count(_host({"CUDA_VISIBLE_DEVICES": ""})).count == 0
+    # CUDA stops at the first entry that names no GPU
+    assert visible_gpu_count(_host({"CUDA_VISIBLE_DEVICES": "0,7,1"})).count == 1
+    assert (
+        "CUDA_VISIBLE_DEVICES='0,7,1'"
+        in visible_gpu_count(_host({"CUDA_VISIBLE_DEVICES": "0,7,1"})).describe()
+    )
+
+
+def test_no_driver_means_unknown() -> None:
+    found = visible_gpu_count(_host({"CUDA_VISIBLE_DEVICES": "0,1"}, driver=False))
+    assert found.count is None
+    assert found.describe() == "unknown"
