@@ -1,7 +1,7 @@
 """``inspect_shards`` on a 6 GB, 4-file sharded checkpoint: headers only, so it should take
 milliseconds whatever the size of the weights.
 
-    python benchmarks/inspect.py [--rounds N] [--tensors N] [--output PATH]
+    python benchmarks/inspect_shards.py [--rounds N] [--tensors N] [--output PATH]
 
 The checkpoint is TP 2 × 2 parts (``model-rank-R-part-P.safetensors``), 1.5 GB per file, each
 with a valid header of ``--tensors`` tensors (default 220, about what a 3B model's rank file
@@ -15,24 +15,17 @@ touched. Writes JSON (default ``benchmarks/results/inspect.json``). The aim: und
 
 from __future__ import annotations
 
-import os
+import argparse
+import json
+import platform
+import statistics
 import sys
+import tempfile
+import time
+from pathlib import Path
 
-# This file is named like the standard library's ``inspect``; run as a script, its directory
-# comes first on sys.path and would shadow it. Drop that entry before anything imports inspect.
-_HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path[:] = [p for p in sys.path if os.path.abspath(p or os.curdir) != _HERE]
-
-import argparse  # noqa: E402
-import json  # noqa: E402
-import platform  # noqa: E402
-import statistics  # noqa: E402
-import tempfile  # noqa: E402
-import time  # noqa: E402
-from pathlib import Path  # noqa: E402
-
-from kvenv.runtime.safetensors_header import write_sparse  # noqa: E402
-from kvenv.runtime.shards import (  # noqa: E402
+from kvenv.runtime.safetensors_header import write_sparse
+from kvenv.runtime.shards import (
     TP_ONLY_PATTERN,
     build_manifest,
     inspect_shards,
