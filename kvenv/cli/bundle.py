@@ -1,0 +1,118 @@
+"""``kvenv bundle``: gather a profile's artifacts for an offline apply, or check a bundle.
+
+Nothing heavy at module level; the fetch machinery is imported by the command.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+from kvenv.cli._io import emit_json, out
+
+
+def register(sub: Any) -> None:
+    p = sub.add_parser(
+        "bundle",
+        help="gather every artifact, the profile and the lock into DIR for an offline apply",
+        description="Make an offline bundle (for `kvenv apply --offline --from DIR`), or check "
+        "one with --verify DIR (exit 1 if any file differs from SHA256SUMS).",
+    )
+    p.add_argument("profile", nargs="?", metavar="NAME|PATH", help="default: the default profile")
+    p.add_argument("-o", "--output", metavar="DIR", help="the bundle directory to write")
+    p.add_argument("--verify", metavar="DIR", help="check an existing bundle instead")
+    p.add_argument("--cache", metavar="DIR", help="artifact cache (default: the user cache)")
+    p.add_argument("--offline", action="store_true", help="use the cache only, no network")
+    p.add_argument("--jobs", type=int, default=8, metavar="N", help="parallel downloads (8)")
+    p.add_argument("--index-url", action="append", default=[], metavar="URL")
+    p.add_argument("--find-links", action="append", default=[], metavar="DIR|URL")
+    p.add_argument("--json", action="store_true", help="machine-readable output")
+    p.set_defaults(func=cmd_bundle)
+
+
+def cmd_bundle(args: argparse.Namespace) -> int:
+    from kvenv.errors import UsageError
+
+    if args.verify and (args.output or args.profile):
+        raise UsageError("--verify DIR takes no profile and no -o")
+    if args.verify:
+        return _verify(Path(args.verify), as_json=args.json)
+    if not args.output:
+        raise UsageError("give the bundle directory with -o DIR (or --verify DIR)")
+    return _make(args)
+
+
+def _make(args: argparse.Namespace) -> int:
+    from kvenv.bundle import make_bundle
+    from kvenv.profiles import load_profile
+
+    loaded = load_profile(args.profile)
+    progress = _Progress() if sys.stderr.isatty() and not args.json else None
+    try:
+        info = make_bundle(
+            loaded,
+            Path(args.output),
+            cache=Path(args.cache) if args.cache else None,
+            offline=args.offline,
+            jobs=args.jobs,
+            progress=progress,
+            index_urls=args.index_url,
+            find_links=args.find_links,
+        )
+    finally:
+        if progress is not None:
+            progress.finish()
+    if args.json:
+        emit_json(info.to_json())
+        return 0
+    total = sum(item.size for item in info.artifacts)
+    out(f"bundle for {info.index.profile.name} written to {info.root}")
+    wheels, files = len(info.artifacts), len(info.sums)
+    out(f"  {wheels} wheel(s), {total / 1e6:.1f} MB; {files} files in SHA256SUMS")
+    out(f"  install offline with: kvenv apply --offline --from {info.root}")
+    return 0
+
+
+def _verify(directory: Path, *, as_json: bool) -> int:
+    from kvenv.bundle import open_bundle
+    from kvenv.errors import CheckFailed, IntegrityError
+
+    try:
+        info = open_bundle(directory)
+    except IntegrityError as error:
+        raise CheckFailed(error.message, problems=error.problems, hint=error.hint) from None
+    if as_json:
+        emit_json(info.to_json())
+    else:
+        out(f"bundle {info.root}: {len(info.sums)} files match SHA256SUMS")
+    return 0
+
+
+class _Progress:
+    """One status line on a terminal (stderr), redrawn at most ten times a second."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._done: dict[str, tuple[int, int | None]] = {}
+        self._last = 0.0
+
+    def __call__(self, label: str, done: int, total: int | None) -> None:
+        with self._lock:
+            self._done[label] = (done, total)
+            now = time.monotonic()
+            if now - self._last < 0.1:
+                return
+            self._last = now
+            got = sum(d for d, _ in self._done.values())
+            finished = sum(1 for d, t in self._done.values() if t is not None and d >= t)
+            sys.stderr.write(f"\r  {finished}/{len(self._done)} files, {got / 1e6:.1f} MB ")
+            sys.stderr.flush()
+
+    def finish(self) -> None:
+        with self._lock:
+            if self._done:
+                sys.stderr.write("\n")

@@ -1,0 +1,185 @@
+"""The content-addressed artifact cache.
+
+Layout under the cache root::
+
+    artifacts-v1/sha256/<aa>/<hex>/<filename>     the verified file, read-only
+    artifacts-v1/sha256/<aa>/<hex>/.verified      {"size", "mtime_ns", "ino"} at verification
+    artifacts-v1/tmp/<...>.part                   downloads in flight (same filesystem)
+
+A file enters only through :meth:`ArtifactCache.commit`: written to ``tmp/``, its sha256 and
+size checked, then ``os.replace``d into its entry, so a reader never sees a partial file and a
+kill leaves at most a stray ``.part`` (swept after a day).
+
+Re-verification of a cached file is cheap by default: its size, mtime and inode must equal the
+``.verified`` marker written right after the full hash check (the file is made read-only). A
+file that was touched in place no longer matches and is re-hashed; ``rehash=True`` re-hashes
+every time. Re-hashing costs about a second per 2 GB; the marker check costs one ``stat``,
+which keeps a warm apply of a 1 GB overlay instant. A cached file that fails re-hashing is
+removed and fetched again.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import shutil
+import tempfile
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+from kvenv.hashing import HashingWriter, sha256_file
+
+LAYOUT = "artifacts-v1"
+MARKER = ".verified"
+STALE_PART_SECONDS = 24 * 3600
+
+
+class ArtifactCache:
+    """One cache root. Safe for concurrent threads and processes (atomic renames only)."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = Path(root).expanduser().absolute()
+        self.base = self.root / LAYOUT
+        self.tmp = self.base / "tmp"
+
+    def prepare(self) -> None:
+        self.tmp.mkdir(parents=True, exist_ok=True)
+        self._sweep()
+
+    def entry(self, sha256: str) -> Path:
+        return self.base / "sha256" / sha256[:2] / sha256
+
+    def lookup(
+        self, sha256: str, size: int | None, filename: str | None, *, rehash: bool
+    ) -> Path | None:
+        """The verified cached file for ``sha256`` (named ``filename`` when given), or None."""
+        entry = self.entry(sha256)
+        if not entry.is_dir():
+            return None
+        found = self._candidate(entry, filename)
+        if found is None:
+            return None
+        if not rehash and self._marker_matches(found, size):
+            return self._named(found, filename)
+        actual, actual_size = sha256_file(found)
+        if actual != sha256 or (size is not None and actual_size != size):
+            self._evict(entry)
+            return None
+        self._write_marker(found)
+        return self._named(found, filename)
+
+    @contextlib.contextmanager
+    def writer(self, label: str, size: int | None) -> Iterator[tuple[HashingWriter, Path]]:
+        """A temporary file in the cache, hashed as it is written; removed unless committed."""
+        fd, name = tempfile.mkstemp(dir=self.tmp, suffix=".part")
+        path = Path(name)
+        try:
+            with os.fdopen(fd, "wb") as raw:
+                yield HashingWriter(raw, limit=size, label=label), path
+        except BaseException:
+            path.unlink(missing_ok=True)
+            raise
+
+    def temp_dir(self) -> Path:
+        return Path(tempfile.mkdtemp(dir=self.tmp, suffix=".d"))
+
+    def commit(self, part: Path, sha256: str, filename: str) -> Path:
+        """Move a verified temporary file into its entry and mark it verified."""
+        entry = self.entry(sha256)
+        entry.mkdir(parents=True, exist_ok=True)
+        final = entry / filename
+        os.chmod(part, 0o444)
+        os.replace(part, final)
+        self._write_marker(final)
+        return final
+
+    # -- internals ----------------------------------------------------------------------------
+
+    def _candidate(self, entry: Path, filename: str | None) -> Path | None:
+        if filename is not None:
+            exact = entry / filename
+            if exact.is_file():
+                return exact
+        for child in sorted(entry.iterdir()):
+            if child.name != MARKER and child.is_file() and not child.name.startswith("."):
+                return child
+        return None
+
+    def _named(self, found: Path, filename: str | None) -> Path:
+        """The same bytes under the requested name (a hard link in the same entry)."""
+        if filename is None or found.name == filename:
+            return found
+        target = found.with_name(filename)
+        with contextlib.suppress(FileExistsError):
+            try:
+                os.link(found, target)
+            except OSError:
+                fd, name = tempfile.mkstemp(dir=self.tmp, suffix=".part")
+                os.close(fd)
+                part = Path(name)
+                shutil.copyfile(found, part)
+                os.chmod(part, 0o444)
+                os.replace(part, target)
+        return target
+
+    def _marker_matches(self, path: Path, size: int | None) -> bool:
+        try:
+            recorded = json.loads((path.parent / MARKER).read_text())
+            stat = path.stat()
+        except (OSError, ValueError):
+            return False
+        if not isinstance(recorded, dict):
+            return False
+        current = {"size": stat.st_size, "mtime_ns": stat.st_mtime_ns, "ino": stat.st_ino}
+        if size is not None and stat.st_size != size:
+            return False
+        return recorded.get(path.name) == current
+
+    def _write_marker(self, path: Path) -> None:
+        marker = path.parent / MARKER
+        try:
+            recorded = json.loads(marker.read_text())
+        except (OSError, ValueError):
+            recorded = {}
+        if not isinstance(recorded, dict):
+            recorded = {}
+        stat = path.stat()
+        recorded[path.name] = {
+            "size": stat.st_size,
+            "mtime_ns": stat.st_mtime_ns,
+            "ino": stat.st_ino,
+        }
+        fd, name = tempfile.mkstemp(dir=path.parent, prefix=".marker-")
+        with os.fdopen(fd, "w") as handle:
+            json.dump(recorded, handle)
+        os.replace(name, marker)
+
+    def _evict(self, entry: Path) -> None:
+        for child in entry.iterdir():
+            with contextlib.suppress(FileNotFoundError):
+                child.unlink()
+        with contextlib.suppress(OSError):
+            entry.rmdir()
+
+    def _sweep(self) -> None:
+        cutoff = time.time() - STALE_PART_SECONDS
+        for child in self.tmp.iterdir():
+            with contextlib.suppress(OSError):
+                if child.stat().st_mtime < cutoff:
+                    if child.is_dir():
+                        _remove_tree(child)
+                    else:
+                        child.unlink()
+
+
+def _remove_tree(path: Path) -> None:
+    shutil.rmtree(path, ignore_errors=True)
+
+
+def default_cache_root() -> Path:
+    """``$KVENV_CACHE_DIR``, else the user cache directory (shared with the lock engine)."""
+    from kvenv.lock.cache import default_cache_dir
+
+    return default_cache_dir()

@@ -1,0 +1,353 @@
+"""``fetch_all``: every artifact of an apply, verified, in the content-addressed cache."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import threading
+import time
+from collections.abc import Callable, Iterable, Sequence
+from concurrent.futures import FIRST_EXCEPTION, Future, ThreadPoolExecutor, wait
+from pathlib import Path
+
+from kvenv.artifacts import Artifact, url_filename
+from kvenv.errors import FetchError, IntegrityError, KvenvError, Problem, UsageError
+from kvenv.fetch import http
+from kvenv.fetch.cache import ArtifactCache
+from kvenv.fetch.hub import describe, download_hf, hub_offline
+from kvenv.fetch.index import find_on_index
+from kvenv.hashing import copy_hashing, sha256_file, sha_mismatch, size_mismatch
+from kvenv.profile import HfSource, IndexSource, UrlSource
+
+Progress = Callable[[str, int, int | None], None]
+ATTEMPTS = 3
+MAX_LISTED = 20
+BACKOFF_SECONDS = 0.5
+OFFLINE_HINT = (
+    "on a connected machine run `kvenv bundle PROFILE -o DIR`, copy DIR here (on Kaggle: "
+    "upload it as a dataset) and run `kvenv apply --offline --from DIR`; or run without "
+    "--offline"
+)
+
+
+def fetch_all(
+    artifacts: Iterable[Artifact],
+    *,
+    cache: Path,
+    offline: bool = False,
+    bundle: Path | None = None,
+    jobs: int = 8,
+    progress: Progress | None = None,
+    index_urls: Sequence[str] = (),
+    find_links: Sequence[str] = (),
+    rehash_cached: bool = False,
+    timeout: float = http.DEFAULT_TIMEOUT,
+) -> dict[str, Path]:
+    """Return ``{sha256: verified file}`` for every artifact, downloading what is missing.
+
+    Files come from the cache (re-verified cheaply, see :mod:`kvenv.fetch.cache`), then from
+    ``bundle`` (used in place, after its SHA256SUMS were checked), then from their sources,
+    ``jobs`` at a time. With ``offline`` or a ``bundle`` nothing touches the network, and a
+    missing artifact is a :class:`FetchError` naming each one. A file whose sha256 or size
+    differs from its pin is deleted and raises :class:`IntegrityError`; no result is
+    returned then. ``progress(label, done_bytes, total_bytes)`` is called from worker threads.
+    """
+    if jobs < 1:
+        raise UsageError(f"jobs must be at least 1, not {jobs}")
+    wanted = _dedupe(artifacts)
+    store = ArtifactCache(cache)
+    store.prepare()
+    bundled = _bundle_files(bundle) if bundle is not None else {}
+    results: dict[str, Path] = {}
+    pending: list[Artifact] = []
+    for artifact in wanted:
+        _safe_filename(artifact.filename, artifact)
+        hit = store.lookup(
+            artifact.sha256, artifact.size, artifact.filename, rehash=rehash_cached
+        ) or bundled.get(artifact.sha256)
+        if hit is not None:
+            results[artifact.sha256] = hit
+            if progress is not None:
+                size = hit.stat().st_size
+                progress(artifact.label, size, size)
+        else:
+            pending.append(artifact)
+    _refuse_network(pending, offline=offline, bundle=bundle)
+    results.update(
+        _fetch_parallel(
+            pending,
+            store,
+            jobs=jobs,
+            progress=progress,
+            index_urls=index_urls,
+            find_links=find_links,
+            timeout=timeout,
+        )
+    )
+    return results
+
+
+def _dedupe(artifacts: Iterable[Artifact]) -> list[Artifact]:
+    seen: dict[str, Artifact] = {}
+    for artifact in artifacts:
+        sha = artifact.sha256.lower()
+        if len(sha) != 64 or any(c not in "0123456789abcdef" for c in sha):
+            raise IntegrityError(f"{artifact.label}: {artifact.sha256!r} is not a sha256")
+        other = seen.get(sha)
+        if other is None:
+            seen[sha] = artifact if sha == artifact.sha256 else _lower(artifact)
+        elif artifact.size is not None and other.size is not None and artifact.size != other.size:
+            raise IntegrityError(
+                f"{artifact.label} and {other.label} pin the same sha256 with different sizes"
+            )
+    return list(seen.values())
+
+
+def _lower(artifact: Artifact) -> Artifact:
+    import attrs
+
+    return attrs.evolve(artifact, sha256=artifact.sha256.lower())
+
+
+def _safe_filename(filename: str | None, artifact: Artifact) -> None:
+    if filename is None:
+        return
+    if (
+        not filename.endswith(".whl")
+        or filename != os.path.basename(filename)
+        or "\\" in filename
+        or filename.startswith(".")
+        or "\x00" in filename
+    ):
+        raise IntegrityError(
+            f"refusing artifact file name {filename!r} of {artifact.name}: "
+            "a wheel file name without directories is required"
+        )
+
+
+def _bundle_files(bundle: Path) -> dict[str, Path]:
+    from kvenv.bundle import open_bundle
+
+    info = open_bundle(bundle)
+    return {item.sha256: info.root / item.file for item in info.artifacts}
+
+
+def source_text(artifact: Artifact) -> str:
+    source = artifact.source
+    if isinstance(source, HfSource):
+        return f"Hugging Face {describe(source)}"
+    if isinstance(source, UrlSource):
+        return http.redact(source.url)
+    if isinstance(source, IndexSource):
+        return f"index {http.redact(source.index_url)}" if source.index_url else "the index"
+    if isinstance(source, Path):
+        return str(source)
+    return http.redact(source)
+
+
+def _is_hub(artifact: Artifact) -> bool:
+    return isinstance(artifact.source, HfSource)
+
+
+def _needs_network(artifact: Artifact) -> bool:
+    return not isinstance(artifact.source, Path)
+
+
+def _refuse_network(pending: list[Artifact], *, offline: bool, bundle: Path | None) -> None:
+    remote = [a for a in pending if _needs_network(a)]
+    if not remote:
+        return
+    problems = [
+        Problem(
+            f"{a.label} ({a.role}, sha256 {a.sha256[:12]}…) from {source_text(a)}",
+            fix="add it to the bundle" if bundle is not None else None,
+        )
+        for a in remote
+    ]
+    if len(problems) > MAX_LISTED:
+        hidden = len(problems) - MAX_LISTED
+        problems = [*problems[:MAX_LISTED], Problem(f"… and {hidden} more")]
+    if bundle is not None:
+        raise FetchError(
+            f"{len(remote)} artifact(s) are neither in the bundle {bundle} nor in the cache",
+            problems=problems,
+            hint="rebuild the bundle with `kvenv bundle` for this profile and lock",
+        )
+    if offline:
+        raise FetchError(
+            f"{len(remote)} artifact(s) are not in the cache and --offline forbids downloads",
+            problems=problems,
+            hint=OFFLINE_HINT,
+        )
+    hub = [Problem(f"{a.label} from {source_text(a)}") for a in remote if _is_hub(a)]
+    if hub and hub_offline():
+        raise FetchError(
+            f"HF_HUB_OFFLINE is set and {len(hub)} Hub artifact(s) are not in the cache",
+            problems=hub,
+            hint="unset HF_HUB_OFFLINE to download, or " + OFFLINE_HINT.split("; or")[0],
+        )
+
+
+def _fetch_parallel(
+    pending: list[Artifact],
+    store: ArtifactCache,
+    *,
+    jobs: int,
+    progress: Progress | None,
+    index_urls: Sequence[str],
+    find_links: Sequence[str],
+    timeout: float,
+) -> dict[str, Path]:
+    if not pending:
+        return {}
+    cancel = threading.Event()
+    fetcher = _Fetcher(store, cancel, progress, tuple(index_urls), tuple(find_links), timeout)
+    results: dict[str, Path] = {}
+    errors: list[KvenvError] = []
+    pool = ThreadPoolExecutor(max_workers=min(jobs, len(pending)), thread_name_prefix="kvenv")
+    futures: dict[Future[Path], Artifact] = {}
+    try:
+        futures = {pool.submit(fetcher.fetch, artifact): artifact for artifact in pending}
+        done, _ = wait(futures, return_when=FIRST_EXCEPTION)
+        if any(f.exception() is not None for f in done):
+            cancel.set()
+        wait(futures)
+    finally:
+        if any(not f.done() for f in futures):
+            cancel.set()  # interrupted: stop running downloads at their next chunk
+        pool.shutdown(wait=True, cancel_futures=True)
+    for future, artifact in futures.items():
+        if future.cancelled():
+            continue
+        error = future.exception()
+        if error is None:
+            results[artifact.sha256] = future.result()
+        elif isinstance(error, KvenvError):
+            if not isinstance(error, http.Cancelled):
+                errors.append(error)
+        else:
+            raise error
+    if errors:
+        errors.sort(key=lambda e: not isinstance(e, IntegrityError))
+        first = errors[0]
+        if len(errors) > 1:
+            extra = [Problem(e.message) for e in errors[1:]]
+            raise type(first)(first.message, problems=[*first.problems, *extra], hint=first.hint)
+        raise first
+    return results
+
+
+class _Fetcher:
+    def __init__(
+        self,
+        store: ArtifactCache,
+        cancel: threading.Event,
+        progress: Progress | None,
+        index_urls: tuple[str, ...],
+        find_links: tuple[str, ...],
+        timeout: float,
+    ) -> None:
+        self.store = store
+        self.cancel = cancel
+        self.progress = progress
+        self.index_urls = index_urls
+        self.find_links = find_links
+        self.timeout = timeout
+
+    def fetch(self, artifact: Artifact) -> Path:
+        if self.cancel.is_set():
+            raise http.Cancelled(f"{artifact.label}: not started")
+        source = artifact.source
+        filename = artifact.filename
+        if isinstance(source, HfSource):
+            return self._from_hub(artifact, source)
+        location: str | Path
+        if isinstance(source, IndexSource):
+            location, filename = find_on_index(
+                artifact.name,
+                artifact.version,
+                artifact.sha256,
+                source,
+                index_urls=self.index_urls,
+                find_links=self.find_links,
+            )
+            _safe_filename(filename, artifact)
+        elif isinstance(source, UrlSource):
+            location = source.url
+        else:
+            location = source
+        if isinstance(location, Path):
+            return self._from_file(artifact, location, filename or location.name)
+        return self._from_url(artifact, location, filename or url_filename(location))
+
+    def _report(self, label: str) -> Callable[[int, int | None], None] | None:
+        progress = self.progress
+        if progress is None:
+            return None
+
+        def report(done: int, total: int | None) -> None:
+            progress(label, done, total)
+
+        return report
+
+    def _from_hub(self, artifact: Artifact, source: HfSource) -> Path:
+        directory = self.store.temp_dir()
+        try:
+            got = download_hf(
+                source, directory, cancel=self.cancel, progress=self._report(artifact.label)
+            )
+            _check_file(got, artifact, f"{artifact.label} (from {describe(source)})")
+            return self.store.commit(got, artifact.sha256, source.filename)
+        finally:
+            shutil.rmtree(directory, ignore_errors=True)
+
+    def _from_file(self, artifact: Artifact, path: Path, filename: str) -> Path:
+        label = f"{artifact.label} (from {path})"
+        if not path.is_file():
+            raise FetchError(f"artifact file not found: {path}", hint="check the profile/lock")
+        if artifact.size is not None and path.stat().st_size != artifact.size:
+            raise size_mismatch(label, artifact.size, path.stat().st_size)
+        with self.store.writer(label, artifact.size) as (sink, part), open(path, "rb") as src:
+            copy_hashing(src, sink)
+            sink.check(artifact.sha256, artifact.size)
+        return self._commit(part, artifact, filename)
+
+    def _from_url(self, artifact: Artifact, url: str, filename: str) -> Path:
+        _safe_filename(filename, artifact)
+        label = f"{artifact.label} (from {http.redact(url)})"
+        last: FetchError | None = None
+        for attempt in range(ATTEMPTS):
+            if self.cancel.is_set():
+                raise http.Cancelled(f"{artifact.label}: cancelled")
+            try:
+                with self.store.writer(label, artifact.size) as (sink, part):
+                    http.download(
+                        url,
+                        sink,
+                        size=artifact.size,
+                        timeout=self.timeout,
+                        cancel=self.cancel,
+                        progress=self._report(artifact.label),
+                    )
+                    sink.check(artifact.sha256, artifact.size)
+                return self._commit(part, artifact, filename)
+            except http.TransientFetchError as exc:
+                last = exc
+                if attempt + 1 < ATTEMPTS:
+                    time.sleep(BACKOFF_SECONDS * (attempt + 1))
+        raise last or FetchError(f"download of {label} failed")
+
+    def _commit(self, part: Path, artifact: Artifact, filename: str) -> Path:
+        try:
+            return self.store.commit(part, artifact.sha256, filename)
+        except BaseException:
+            part.unlink(missing_ok=True)
+            raise
+
+
+def _check_file(path: Path, artifact: Artifact, label: str) -> None:
+    actual, size = sha256_file(path)
+    if artifact.size is not None and size != artifact.size:
+        raise size_mismatch(label, artifact.size, size)
+    if actual != artifact.sha256:
+        raise sha_mismatch(label, artifact.sha256, actual)

@@ -1,0 +1,85 @@
+"""Finding a pinned wheel on a package index or in a find-links location, with unearth.
+
+The wheel is identified by name, exact version, file name (when the profile gives one) and
+sha256: a link whose published hash differs is skipped, and the downloaded bytes are verified
+like every other artifact. Compatibility with the running machine is ignored on purpose (the
+wheel is for the profile's target). With no index URL given, unearth uses its default index.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from packaging.version import InvalidVersion, Version
+
+from kvenv.errors import FetchError
+from kvenv.fetch.http import check_url, redact
+from kvenv.profile import IndexSource
+
+
+def find_on_index(
+    name: str,
+    version: str,
+    sha256: str,
+    source: IndexSource,
+    *,
+    index_urls: Sequence[str] = (),
+    find_links: Sequence[str] = (),
+) -> tuple[str | Path, str]:
+    """Where the wheel is (an https URL or a local file) and its file name."""
+    from unearth import PackageFinder
+
+    urls = [source.index_url] if source.index_url else list(index_urls)
+    for url in urls:
+        check_url(url, what="index URL")
+    for location in find_links:
+        if "://" in location and not location.startswith("file://"):
+            check_url(location, what="find-links URL")
+    try:
+        finder = PackageFinder(index_urls=urls, find_links=find_links, ignore_compatibility=True)
+        packages = list(
+            finder.find_all_packages(name, allow_yanked=True, hashes={"sha256": [sha256]})
+        )
+    except (OSError, ValueError) as exc:
+        raise FetchError(f"cannot search the index for {name}=={version}: {exc}") from None
+    best: Any = None
+    for package in packages:
+        link = package.link
+        if not _matches(package, link, version, source.filename):
+            continue
+        published = (link.hashes or {}).get("sha256")
+        if published is not None and published.lower() != sha256:
+            continue
+        if published is not None:
+            best = link
+            break
+        best = best or link
+    if best is None:
+        where = ", ".join(redact(u) for u in urls) or "the default index"
+        if find_links:
+            where += " and " + ", ".join(find_links)
+        wanted = source.filename or f"{name}=={version}"
+        raise FetchError(
+            f"{wanted} with sha256 {sha256[:16]}… not found on {where}",
+            hint="check native.version, native.source.filename and the index URL "
+            "(--index-url / --find-links)",
+        )
+    if best.is_file:
+        return Path(os.fspath(best.file_path)), str(best.filename)
+    url = str(best.url_without_fragment)
+    check_url(url, what="wheel URL")
+    return url, str(best.filename)
+
+
+def _matches(package: Any, link: Any, version: str, filename: str | None) -> bool:
+    if not str(link.filename).endswith(".whl"):
+        return False
+    if filename is not None and link.filename != filename:
+        return False
+    try:
+        return package.version is not None and Version(package.version) == Version(version)
+    except InvalidVersion:
+        return False
