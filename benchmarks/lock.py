@@ -96,6 +96,24 @@ def _run(argv: list[str], env: dict[str, str], cwd: Path) -> float:
     return elapsed
 
 
+def _kvenv_pins(path: Path) -> dict[str, str]:
+    import tomllib
+
+    doc = tomllib.loads(path.read_text())
+    return {p["name"]: p["version"] for p in doc["packages"]}
+
+
+def _uv_pins(path: Path) -> dict[str, str]:
+    from packaging.utils import canonicalize_name
+
+    out = {}
+    for line in path.read_text().splitlines():
+        if "==" in line and not line.startswith((" ", "#")):
+            name, _, rest = line.partition("==")
+            out[canonicalize_name(name.split("[")[0])] = rest.split()[0].rstrip("\\").strip()
+    return out
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=3)
@@ -125,6 +143,7 @@ def main() -> int:
             "warm-refresh": {"kvenv": []},
         }
         packages: dict[str, int] = {}
+        agreement: dict[str, object] = {}
         for round_ in range(args.rounds):
             kcache, ucache = work / f"kc{round_}", work / f"uc{round_}"
             kv = [kvenv, "lock", "bench", "--output", str(work / "pylock.bench.toml")]
@@ -143,10 +162,14 @@ def main() -> int:
                         (work / "pylock.bench.toml").unlink(missing_ok=True)
                     times[phase][tool].append(_run(argv, env, project))
             times["warm-refresh"]["kvenv"].append(_run([*kv, "--refresh"], kenv, project))
-            packages["kvenv"] = (work / "pylock.bench.toml").read_text().count("[[packages]]")
-            packages["uv"] = sum(
-                1 for line in (work / "uv.txt").read_text().splitlines() if "==" in line
-            )
+            ours = _kvenv_pins(work / "pylock.bench.toml")
+            theirs = _uv_pins(work / "uv.txt")
+            packages = {"kvenv": len(ours), "uv": len(theirs)}
+            agreement = {
+                "same_versions": ours == theirs,
+                "only_kvenv": sorted(f"{n}=={v}" for n, v in ours.items() if theirs.get(n) != v),
+                "only_uv": sorted(f"{n}=={v}" for n, v in theirs.items() if ours.get(n) != v),
+            }
             shutil.rmtree(kcache, ignore_errors=True)
             shutil.rmtree(ucache, ignore_errors=True)
         medians = {
@@ -167,13 +190,15 @@ def main() -> int:
             "rounds": args.rounds,
             "uv": uv_version.strip(),
             "packages": packages,
+            "agreement": agreement,
             "seconds": times,
             "median_seconds": medians,
             "ratio_kvenv_to_uv": ratios,
         }
         args.output.parent.mkdir(parents=True, exist_ok=True)
         args.output.write_text(json.dumps(result, indent=2) + "\n")
-        print(json.dumps({"median_seconds": medians, "ratio_kvenv_to_uv": ratios}, indent=2))
+        summary = {"median_seconds": medians, "ratio_kvenv_to_uv": ratios, "packages": packages}
+        print(json.dumps({**summary, "same_versions": agreement.get("same_versions")}, indent=2))
     finally:
         shutil.rmtree(work, ignore_errors=True)
     return 0

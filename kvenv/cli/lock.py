@@ -1,0 +1,163 @@
+"""``kvenv lock``: write (or ``--check``) the overlay lock of a profile."""
+
+from __future__ import annotations
+
+import argparse
+import os
+from pathlib import Path
+from typing import Any
+
+from kvenv.cli._io import emit_json, err, out
+
+
+def register(sub: Any) -> None:
+    parser = sub.add_parser(
+        "lock",
+        help="resolve the native wheel's overlay for the profile's target into a pylock",
+        description="Resolve what the target host lacks for the native wheel (never a protected "
+        "package) and write it as a hashed PEP 751 pylock.<profile>.toml. With --check, verify "
+        "an existing lock offline instead. Exit codes: 0 ok, 1 check failed (stale or "
+        "incomplete lock), 2 bad input, 3 conflict.",
+    )
+    parser.add_argument("profile", nargs="?", help="profile name or .toml path")
+    parser.add_argument(
+        "--check", action="store_true", help="verify the lock offline; write nothing"
+    )
+    parser.add_argument("--json", action="store_true", help="machine-readable output")
+    parser.add_argument(
+        "--output", "-o", type=Path, help="where to write (default: the profile's lock path)"
+    )
+    parser.add_argument("--index-url", help="the main index (default: unearth's default index)")
+    parser.add_argument("--extra-index-url", action="append", default=[], metavar="URL")
+    parser.add_argument("--find-links", action="append", default=[], metavar="DIR_OR_URL")
+    parser.add_argument("--no-index", action="store_true", help="use only --find-links")
+    parser.add_argument(
+        "--exclude-newer",
+        metavar="DATE",
+        help="ignore files uploaded after DATE (RFC 3339 or date)",
+    )
+    parser.add_argument("--offline", action="store_true", help="use only the cache; no network")
+    parser.add_argument("--refresh", action="store_true", help="revalidate cached index pages")
+    parser.add_argument(
+        "--native-requires",
+        type=Path,
+        metavar="FILE",
+        help="the native wheel's requirements (requirements file) when its source is unreachable",
+    )
+    parser.add_argument(
+        "--require",
+        type=Path,
+        action="append",
+        default=[],
+        metavar="FILE",
+        help="extra top-level requirements for the overlay (e.g. a validated pin set)",
+    )
+    parser.add_argument(
+        "--prefer",
+        type=Path,
+        action="append",
+        default=[],
+        metavar="FILE",
+        help="preferred versions (name==version lines), used when they fit",
+    )
+    parser.add_argument(
+        "--constraint",
+        "-c",
+        type=Path,
+        action="append",
+        default=[],
+        metavar="FILE",
+        help="version bounds applied whenever a package is needed (adds nothing)",
+    )
+    parser.add_argument(
+        "--fresh", action="store_true", help="ignore the existing lock's recorded inputs"
+    )
+    parser.add_argument("--cache-dir", type=Path, help="cache directory (default: user cache)")
+    parser.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from kvenv.profiles import load_profile
+
+    loaded = load_profile(args.profile)
+    if args.check:
+        return _check(args, loaded)
+    return _lock(args, loaded)
+
+
+def _check(args: argparse.Namespace, loaded: Any) -> int:
+    from kvenv.errors import CheckFailed, LockError
+    from kvenv.lock.check import check_lock
+    from kvenv.lock.pylock import read_lock
+    from kvenv.snapshot import read_snapshot
+
+    path: Path = args.output or loaded.lock_path
+    if not path.is_file():
+        raise LockError(
+            f"no lock file at {path}", hint=f"create it with `kvenv lock {loaded.profile.name}`"
+        )
+    lock = read_lock(path)
+    snapshot_path = loaded.snapshot_path
+    host = read_snapshot(snapshot_path) if snapshot_path is not None else None
+    report = check_lock(loaded, lock, host)
+    if args.json:
+        emit_json(report.to_json())
+        return 0 if report.ok else 1
+    if report.ok:
+        count = len(lock.pylock.packages)
+        out(f"ok: {path} is valid, complete and current ({count} packages)")
+        return 0
+    raise CheckFailed(
+        f"lock check failed: {path}",
+        problems=report.problems,
+        hint="; ".join(report.stale)
+        + ("; " if report.stale else "")
+        + f"relock with `kvenv lock {loaded.profile.name}`",
+    )
+
+
+def _lock(args: argparse.Namespace, loaded: Any) -> int:
+    from kvenv.lock.engine import LockOptions, lock_profile, parse_exclude_newer, summary
+    from kvenv.lock.pylock import write_lock
+    from kvenv.lock.sources import index_config
+
+    config = index_config(
+        index_url=args.index_url,
+        extra_index_urls=args.extra_index_url,
+        find_links=args.find_links,
+        no_index=args.no_index,
+        environ=os.environ,
+        base=Path.cwd(),
+    )
+    options = LockOptions(
+        index=config,
+        output=args.output,
+        native_requires=args.native_requires,
+        require=tuple(args.require),
+        prefer=tuple(args.prefer),
+        constraint=tuple(args.constraint),
+        exclude_newer=parse_exclude_newer(args.exclude_newer) if args.exclude_newer else None,
+        offline=args.offline,
+        refresh=args.refresh,
+        fresh=args.fresh,
+        cache_dir=args.cache_dir,
+    )
+    result = lock_profile(loaded, options)
+    if result.changed:
+        write_lock(result.path, result.text)
+    if args.json:
+        emit_json(summary(result))
+        return 0
+    res = result.resolution
+    state = "wrote" if result.changed else "unchanged"
+    out(f"{state}: {result.path}")
+    out(
+        f"  {len(res.packages)} packages for {result.target.describe()}; "
+        f"{len(res.assumptions)} host assumptions; {len(res.shadows)} shadowed host packages"
+    )
+    for shadow in res.shadows:
+        err(
+            f"  note: the overlay shadows host {shadow.name} {shadow.host_version} "
+            f"with {shadow.overlay_version}"
+        )
+    return 0

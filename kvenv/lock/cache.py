@@ -1,0 +1,132 @@
+"""The lock engine's user cache: index pages by URL, wheel metadata by the wheel's sha256
+(content-addressed), and wheel digests of files whose index gave none.
+
+Location: ``$KVENV_CACHE_DIR`` if set, else the platform's user cache directory with a
+``kvenv`` subdirectory (``$XDG_CACHE_HOME/kvenv`` or ``~/.cache/kvenv`` on Linux). Every
+write is atomic (temporary file, then ``os.replace``), so concurrent runs never see a torn
+entry.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import attrs
+
+ENV_CACHE_DIR = "KVENV_CACHE_DIR"
+
+
+def default_cache_dir() -> Path:
+    explicit = os.environ.get(ENV_CACHE_DIR)
+    if explicit:
+        return Path(explicit).expanduser()
+    if sys.platform == "win32":
+        base = Path(os.environ.get("LOCALAPPDATA") or Path.home() / "AppData" / "Local")
+        return base / "kvenv" / "Cache"
+    if sys.platform == "darwin":
+        return Path.home() / "Library" / "Caches" / "kvenv"
+    xdg = os.environ.get("XDG_CACHE_HOME")
+    return (Path(xdg) if xdg else Path.home() / ".cache") / "kvenv"
+
+
+def _digest(text: str) -> str:
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+@attrs.frozen
+class CachedPage:
+    url: str
+    content: bytes
+    content_type: str
+    fetched_at: float
+    etag: str | None = None
+    last_modified: str | None = None
+
+
+@attrs.frozen
+class Cache:
+    root: Path
+
+    def _path(self, kind: str, key: str, suffix: str) -> Path:
+        return self.root / kind / key[:2] / f"{key}{suffix}"
+
+    def _write(self, path: Path, data: bytes) -> None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-")
+        try:
+            with os.fdopen(fd, "wb") as handle:
+                handle.write(data)
+            os.replace(tmp, path)
+        except BaseException:
+            Path(tmp).unlink(missing_ok=True)
+            raise
+
+    def _read(self, path: Path) -> bytes | None:
+        try:
+            return path.read_bytes()
+        except OSError:
+            return None
+
+    # index pages ---------------------------------------------------------------------------
+    def get_page(self, url: str) -> CachedPage | None:
+        key = _digest(url)
+        head = self._read(self._path("pages-v1", key, ".json"))
+        body = self._read(self._path("pages-v1", key, ".body"))
+        if head is None or body is None:
+            return None
+        try:
+            info: dict[str, Any] = json.loads(head)
+            return CachedPage(
+                url=url,
+                content=body,
+                content_type=str(info["content_type"]),
+                fetched_at=float(info["fetched_at"]),
+                etag=info.get("etag"),
+                last_modified=info.get("last_modified"),
+            )
+        except (ValueError, KeyError, TypeError):
+            return None
+
+    def put_page(self, page: CachedPage) -> None:
+        key = _digest(page.url)
+        self._write(self._path("pages-v1", key, ".body"), page.content)
+        head = {
+            "url": page.url,
+            "content_type": page.content_type,
+            "fetched_at": page.fetched_at,
+            "etag": page.etag,
+            "last_modified": page.last_modified,
+        }
+        self._write(self._path("pages-v1", key, ".json"), json.dumps(head).encode())
+
+    # wheel metadata, by the wheel's sha256 (or by URL when the index gave no digest) --------
+    @staticmethod
+    def metadata_key(sha256: str | None, url: str) -> str:
+        return f"sha256-{sha256}" if sha256 else f"url-{_digest(url)}"
+
+    def get_metadata(self, key: str) -> bytes | None:
+        return self._read(self._path("metadata-v1", key, ".METADATA"))
+
+    def put_metadata(self, key: str, data: bytes) -> None:
+        self._write(self._path("metadata-v1", key, ".METADATA"), data)
+
+    # digests of files whose index gave none ------------------------------------------------
+    def get_digest(self, key: str) -> tuple[str, int] | None:
+        raw = self._read(self._path("digests-v1", _digest(key), ".json"))
+        if raw is None:
+            return None
+        try:
+            data = json.loads(raw)
+            return str(data["sha256"]), int(data["size"])
+        except (ValueError, KeyError, TypeError):
+            return None
+
+    def put_digest(self, key: str, sha256: str, size: int) -> None:
+        data = json.dumps({"key": key, "sha256": sha256, "size": size}).encode()
+        self._write(self._path("digests-v1", _digest(key), ".json"), data)

@@ -1,0 +1,252 @@
+"""``kvenv lock --check``: is the lock valid, complete and current? Offline and pure over
+(profile, host snapshot, lock).
+
+Checks: nothing protected in the lock; every package is a wheel with sha256 and size whose
+file name matches it and installs on the target; every requirement of the native wheel, of the
+extra roots and of each locked package (markers evaluated for the target, extras honoured) is
+satisfied by host ∪ lock (a host package of unknown version is accepted); the profile and host
+snapshot digests match the ones recorded.
+"""
+
+from __future__ import annotations
+
+import re
+from collections import deque
+from collections.abc import Iterator
+
+import attrs
+from packaging.markers import Marker
+from packaging.pylock import Package, PackageWheel
+from packaging.requirements import InvalidRequirement, Requirement
+from packaging.utils import canonicalize_name
+from packaging.version import Version
+
+from kvenv.errors import Problem
+from kvenv.lock.candidates import name_key
+from kvenv.lock.pylock import LockFile
+from kvenv.profiles import LoadedProfile
+from kvenv.snapshot import HostSnapshot, snapshot_digest
+from kvenv.target import TargetEnv
+
+_SHA256 = re.compile(r"[0-9a-f]{64}")
+
+
+@attrs.frozen
+class CheckReport:
+    lock: str
+    problems: tuple[Problem, ...] = ()
+    stale: tuple[str, ...] = ()
+
+    @property
+    def ok(self) -> bool:
+        return not self.problems and not self.stale
+
+    def to_json(self) -> dict[str, object]:
+        return {
+            "lock": self.lock,
+            "ok": self.ok,
+            "stale": list(self.stale),
+            "problems": [p.to_json() for p in self.problems],
+        }
+
+
+def check_lock(loaded: LoadedProfile, lock: LockFile, host: HostSnapshot | None) -> CheckReport:
+    file = str(lock.path)
+    problems: list[Problem] = []
+    profile = loaded.profile
+
+    def add(path: str, message: str, fix: str | None = None) -> None:
+        problems.append(Problem(message, file=file, path=path, fix=fix))
+
+    if profile.target is None:
+        add("$", f"profile {profile.name} has no [target]", "add a [target] table")
+        return CheckReport(file, tuple(problems))
+    target = TargetEnv.from_profile_target(profile.target, file=str(loaded.path))
+    protected = {name_key(n) for n in [*profile.host.protected, *lock.kvenv.protected]}
+    waived = {name_key(w.name) for w in profile.host.waivers}
+
+    locked: dict[str, Package] = {}
+    for index, package in enumerate(lock.pylock.packages):
+        where = f"$.packages[{index}]"
+        if name_key(package.name) in protected:
+            add(f"{where}.name", f"{package.name} is protected on the host", "remove it; relock")
+        if package.name in locked:
+            add(f"{where}.name", f"{package.name} is listed twice", "relock")
+        problems.extend(_check_package(package, where, target, file))
+        if _applies(package, target):
+            locked[package.name] = package
+
+    stale = _staleness(loaded, lock, host, target)
+    problems.extend(_closure(lock, locked, host, target, waived, file))
+    return CheckReport(file, tuple(problems), tuple(stale))
+
+
+def _applies(package: Package, target: TargetEnv) -> bool:
+    return target.evaluate(package.marker) if package.marker is not None else True
+
+
+def _check_package(package: Package, where: str, target: TargetEnv, file: str) -> list[Problem]:
+    out: list[Problem] = []
+
+    def add(path: str, message: str, fix: str | None = None) -> None:
+        out.append(Problem(message, file=file, path=path, fix=fix))
+
+    if package.version is None:
+        add(f"{where}.version", f"{package.name} has no version", "relock")
+    if not package.wheels:
+        add(f"{where}.wheels", f"{package.name} has no wheel (kvenv locks wheels only)", "relock")
+        return out
+    if package.marker is not None and not _applies(package, target):
+        add(
+            f"{where}.marker",
+            f"{package.name} is not installed on the target: its marker {package.marker} is false",
+            "relock",
+        )
+    fits = False
+    for w_index, wheel in enumerate(package.wheels):
+        path = f"{where}.wheels[{w_index}]"
+        out.extend(_check_wheel(wheel, path, file))
+        if target.supports_wheel(wheel.filename):
+            fits = True
+    if not fits:
+        add(f"{where}.wheels", f"no wheel of {package.name} installs on {target.describe()}")
+    return out
+
+
+def _check_wheel(wheel: PackageWheel, path: str, file: str) -> Iterator[Problem]:
+    sha = wheel.hashes.get("sha256")
+    if not isinstance(sha, str) or not _SHA256.fullmatch(sha):
+        yield Problem(
+            "the wheel has no sha256 hash", file=file, path=f"{path}.hashes", fix="relock"
+        )
+    if wheel.size is None:
+        yield Problem("the wheel has no size", file=file, path=f"{path}.size", fix="relock")
+    elif wheel.size <= 0:
+        yield Problem("the wheel's size is not positive", file=file, path=f"{path}.size")
+
+
+def _closure(
+    lock: LockFile,
+    locked: dict[str, Package],
+    host: HostSnapshot | None,
+    target: TargetEnv,
+    waived: set[str],
+    file: str,
+) -> list[Problem]:
+    out: list[Problem] = []
+    tools = {p.name: t for p, t in zip(lock.pylock.packages, lock.package_tools, strict=True)}
+    positions = {p.name: i for i, p in enumerate(lock.pylock.packages)}
+    native = lock.kvenv.native
+    native_key = name_key(native.name)
+    queue: deque[tuple[str, frozenset[str], str]] = deque()
+    # (requirement line, extras active on its owner, owner label)
+    for line in native.requires:
+        queue.append((line, frozenset(), f"{native.name} {native.version}"))
+    for line in lock.kvenv.requires:
+        queue.append((line, frozenset(), "the lock's extra requirements"))
+    expanded: set[tuple[str, frozenset[str]]] = set()
+    while queue:
+        line, extras, owner = queue.popleft()
+        try:
+            req = Requirement(line)
+        except InvalidRequirement as exc:
+            out.append(Problem(f"{owner} has an invalid requirement {line!r}: {exc}", file=file))
+            continue
+        if req.marker is not None and not target.evaluate(Marker(str(req.marker)), extras):
+            continue
+        key = name_key(req.name)
+        if key in waived or key == native_key:
+            continue
+        name = canonicalize_name(req.name)
+        wanted = frozenset(canonicalize_name(e) for e in req.extras)
+        package = locked.get(name)
+        if package is not None:
+            version = package.version
+            where = f"$.packages[{positions[name]}]"
+            if version is not None and not req.specifier.contains(version, prereleases=True):
+                out.append(
+                    Problem(
+                        f"{owner} requires {req.name}{req.specifier}; the lock has {version}",
+                        file=file,
+                        path=f"{where}.version",
+                        fix="relock",
+                    )
+                )
+            if (name, wanted) not in expanded:
+                expanded.add((name, wanted))
+                tool = tools.get(name)
+                if tool is None:
+                    out.append(
+                        Problem(
+                            f"{name} has no recorded requirements",
+                            file=file,
+                            path=f"{where}.tool.kvenv.requires",
+                            fix="relock",
+                        )
+                    )
+                else:
+                    queue.extend((dep, wanted, f"{name} {version}") for dep in tool.requires)
+            continue
+        dist = host.find(name) if host is not None else None
+        if dist is not None:
+            if dist.version is not None and not req.specifier.contains(
+                Version(dist.version), prereleases=True
+            ):
+                out.append(
+                    Problem(
+                        f"{owner} requires {req.name}{req.specifier}; the host has {dist.version} "
+                        "and the lock does not provide another",
+                        file=file,
+                        path="$.packages",
+                        fix="relock",
+                    )
+                )
+            continue
+        out.append(
+            Problem(
+                f"{owner} requires {req}, which neither the host nor the lock provides",
+                file=file,
+                path="$.packages",
+                fix="relock",
+            )
+        )
+    return out
+
+
+def _staleness(
+    loaded: LoadedProfile, lock: LockFile, host: HostSnapshot | None, target: TargetEnv
+) -> list[str]:
+    table = lock.kvenv
+    profile = loaded.profile
+    out: list[str] = []
+    if table.profile != profile.name:
+        out.append(f"the lock is for profile {table.profile}, not {profile.name}")
+    details = []
+    native = profile.native
+    if native is None:
+        details.append("the profile has no [native] wheel")
+    else:
+        for field in ("name", "version", "sha256"):
+            was, now = getattr(table.native, field), getattr(native, field)
+            if was != now:
+                details.append(f"native.{field} {was} -> {now}")
+    protected = sorted({canonicalize_name(n) for n in profile.host.protected})
+    if protected != sorted(table.protected):
+        details.append(f"host.protected {table.protected} -> {protected}")
+    recorded = {w.name: w.reason for w in table.waivers}
+    current = {w.name: w.reason for w in profile.host.waivers}
+    if recorded != current:
+        details.append("host.waivers changed")
+    envs = [str(m) for m in lock.pylock.environments or []]
+    if envs != [str(Marker(target.environment_marker()))] or table.target != target.describe():
+        details.append(f"target {table.target} -> {target.describe()}")
+    if details or table.profile_digest != loaded.digest:
+        what = "; ".join(details) if details else "other profile fields changed"
+        out.append(f"the profile changed since the lock was made ({what})")
+    current_host = snapshot_digest(host) if host is not None else None
+    if table.host_snapshot_digest != current_host:
+        out.append(
+            "the host snapshot changed since the lock was made "
+            f"({table.host_snapshot_digest or 'none'} -> {current_host or 'none'})"
+        )
+    return out

@@ -1,0 +1,326 @@
+"""``kvenv lock``: profile + host snapshot + sources in, a pylock document out.
+
+Inputs recorded in an existing lock are reused unless given again (``fresh`` ignores them):
+its package versions are preferences, its extra root requirements and constraints stay, and
+its native requirements serve when the native wheel's source is unreachable.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from datetime import datetime, timezone
+from pathlib import Path
+
+import attrs
+from packaging.requirements import Requirement
+from packaging.utils import NormalizedName, canonicalize_name
+from packaging.version import Version
+
+from kvenv.errors import InputError, KvenvError, LockError, UsageError
+from kvenv.lock.cache import Cache, default_cache_dir
+from kvenv.lock.candidates import Universe
+from kvenv.lock.finder import Finder
+from kvenv.lock.native import NativeRequires, native_requires
+from kvenv.lock.provider import Native, constraint_map, prefer_map
+from kvenv.lock.pylock import (
+    AssumptionEntry,
+    KvenvTable,
+    LockFile,
+    NativeEntry,
+    ShadowEntry,
+    WaiverEntry,
+    build_lock,
+    dumps_lock,
+    read_lock,
+)
+from kvenv.lock.reqfile import parse_requirements, read_requirements
+from kvenv.lock.resolve import LockRequest, Resolution, RootRequirement, resolve
+from kvenv.lock.sources import IndexConfig
+from kvenv.profiles import LoadedProfile
+from kvenv.snapshot import HostSnapshot, read_snapshot, snapshot_digest
+from kvenv.target import TargetEnv
+
+
+@attrs.frozen
+class LockOptions:
+    index: IndexConfig = attrs.field(factory=IndexConfig)
+    output: Path | None = None
+    native_requires: Path | None = None
+    require: tuple[Path, ...] = ()
+    prefer: tuple[Path, ...] = ()
+    constraint: tuple[Path, ...] = ()
+    exclude_newer: datetime | None = None
+    offline: bool = False
+    refresh: bool = False
+    fresh: bool = False
+    cache_dir: Path | None = None
+
+
+@attrs.frozen
+class LockResult:
+    path: Path
+    text: str
+    resolution: Resolution
+    target: TargetEnv
+    native_from: str
+    changed: bool
+
+
+def parse_exclude_newer(value: str) -> datetime:
+    """An RFC 3339 timestamp or a date (midnight UTC)."""
+    text = value.strip().replace("Z", "+00:00")
+    try:
+        moment = datetime.fromisoformat(text)
+    except ValueError:
+        raise UsageError(
+            f"--exclude-newer: not a date or timestamp: {value!r}",
+            hint="use 2026-08-01 or 2026-08-01T12:00:00Z",
+        ) from None
+    if moment.tzinfo is None:
+        moment = moment.replace(tzinfo=timezone.utc)
+    return moment.astimezone(timezone.utc)
+
+
+def _previous(path: Path, fresh: bool) -> LockFile | None:
+    if fresh or not path.is_file():
+        return None
+    try:
+        return read_lock(path)
+    except LockError:
+        return None
+
+
+def _host(loaded: LoadedProfile) -> HostSnapshot | None:
+    path = loaded.snapshot_path
+    return read_snapshot(path) if path is not None else None
+
+
+def _files(paths: Sequence[Path]) -> list[Requirement]:
+    out: list[Requirement] = []
+    for path in paths:
+        out.extend(read_requirements(path))
+    return out
+
+
+def build_request(
+    loaded: LoadedProfile,
+    options: LockOptions,
+    *,
+    native: NativeRequires,
+    host: HostSnapshot | None,
+    previous: LockFile | None,
+) -> tuple[LockRequest, list[str], list[str]]:
+    """The resolution request, the extra root lines and the constraint lines."""
+    profile = loaded.profile
+    if profile.target is None:
+        raise InputError(
+            f"profile {profile.name} has no [target]", hint="add a [target] table to the profile"
+        )
+    assert profile.native is not None
+    target = TargetEnv.from_profile_target(profile.target, file=str(loaded.path))
+    if options.require:
+        roots = [RootRequirement(str(r), "--require") for r in _files(options.require)]
+    elif previous is not None:
+        roots = [RootRequirement(t, "--require") for t in previous.kvenv.requires]
+    else:
+        roots = []
+    if options.constraint:
+        constraint_lines = [str(r) for r in _files(options.constraint)]
+    elif previous is not None:
+        constraint_lines = list(previous.kvenv.constraints)
+    else:
+        constraint_lines = []
+    constraints = constraint_map(
+        parse_requirements("\n".join(constraint_lines), file="constraints")
+    )
+    prefer: dict[NormalizedName, Version] = {}
+    if previous is not None:
+        prefer.update(
+            {p.name: p.version for p in previous.pylock.packages if p.version is not None}
+        )
+    prefer.update(prefer_map(_files(options.prefer)))
+    request = LockRequest(
+        target=target,
+        native=Native(
+            canonicalize_name(profile.native.name),
+            Version(profile.native.version),
+            native.requires,
+        ),
+        host=host,
+        protected=tuple(profile.host.protected),
+        waivers={w.name: w.reason for w in profile.host.waivers},
+        roots=tuple(roots),
+        prefer=prefer,
+        constraints=constraints,
+    )
+    return request, sorted({r.text for r in roots}), sorted(set(constraint_lines))
+
+
+def kvenv_table(
+    loaded: LoadedProfile,
+    request: LockRequest,
+    resolution: Resolution,
+    *,
+    native: NativeRequires,
+    host: HostSnapshot | None,
+    roots: list[str],
+    constraints: list[str],
+    exclude_newer: datetime | None,
+) -> KvenvTable:
+    profile = loaded.profile
+    assert profile.native is not None
+    return KvenvTable(
+        schema=1,
+        profile=profile.name,
+        profile_digest=loaded.digest,
+        host_snapshot_digest=snapshot_digest(host) if host is not None else None,
+        target=request.target.describe(),
+        protected=sorted({canonicalize_name(n) for n in profile.host.protected}),
+        native=NativeEntry(
+            name=profile.native.name,
+            version=profile.native.version,
+            sha256=profile.native.sha256,
+            requires=list(native.requires),
+            requires_from=native.source,
+        ),
+        requires=roots,
+        constraints=constraints,
+        exclude_newer=exclude_newer.isoformat() if exclude_newer else None,
+        assumptions=[
+            AssumptionEntry(a.name, a.requirement, a.required_by) for a in resolution.assumptions
+        ],
+        shadows=[
+            ShadowEntry(s.name, s.host_version, s.overlay_version) for s in resolution.shadows
+        ],
+        waivers=[WaiverEntry(w.name, w.reason, list(w.dropped)) for w in resolution.waivers],
+    )
+
+
+def lock_profile(
+    loaded: LoadedProfile,
+    options: LockOptions,
+) -> LockResult:
+    """Resolve and render the lock of ``loaded`` (does not write it)."""
+    from kvenv.lock.universe import IndexUniverse
+
+    path = options.output or loaded.lock_path
+    previous = _previous(loaded.lock_path, options.fresh)
+    host = _host(loaded)
+    if options.exclude_newer is None and previous is not None and previous.kvenv.exclude_newer:
+        options = attrs.evolve(
+            options, exclude_newer=parse_exclude_newer(previous.kvenv.exclude_newer)
+        )
+    cache = Cache(options.cache_dir or default_cache_dir())
+    if loaded.profile.target is None:
+        raise InputError(f"profile {loaded.profile.name} has no [target]")
+    target = TargetEnv.from_profile_target(loaded.profile.target, file=str(loaded.path))
+    finder = Finder(
+        options.index,
+        target,
+        cache,
+        offline=options.offline,
+        refresh=options.refresh,
+        exclude_newer=options.exclude_newer,
+    )
+    with IndexUniverse(finder) as universe:
+        native = native_requires(
+            loaded,
+            requires_file=options.native_requires,
+            previous=previous,
+            finder=finder,
+            offline=options.offline,
+        )
+        request, roots, constraints = build_request(
+            loaded, options, native=native, host=host, previous=previous
+        )
+        universe.prefer = dict(request.prefer)
+        resolution = resolve(request, universe)
+        text = render(
+            loaded,
+            request,
+            resolution,
+            native=native,
+            host=host,
+            roots=roots,
+            constraints=constraints,
+            exclude_newer=options.exclude_newer,
+            path=path,
+        )
+    old = path.read_text(encoding="utf-8") if path.is_file() else None
+    return LockResult(path, text, resolution, target, native.source, old != text)
+
+
+def render(
+    loaded: LoadedProfile,
+    request: LockRequest,
+    resolution: Resolution,
+    *,
+    native: NativeRequires,
+    host: HostSnapshot | None,
+    roots: list[str],
+    constraints: list[str],
+    exclude_newer: datetime | None,
+    path: Path,
+) -> str:
+    table = kvenv_table(
+        loaded,
+        request,
+        resolution,
+        native=native,
+        host=host,
+        roots=roots,
+        constraints=constraints,
+        exclude_newer=exclude_newer,
+    )
+    document = build_lock(resolution, table, request.target, lock_dir=path.parent.resolve())
+    return dumps_lock(document)
+
+
+def lock_with_universe(
+    loaded: LoadedProfile,
+    universe: Universe,
+    *,
+    native: NativeRequires,
+    options: LockOptions | None = None,
+    host: HostSnapshot | None = None,
+    previous: LockFile | None = None,
+) -> tuple[str, Resolution]:
+    """Lock against a given universe (tests and tools): the lock text and the resolution."""
+    opts = options or LockOptions()
+    request, roots, constraints = build_request(
+        loaded, opts, native=native, host=host, previous=previous
+    )
+    resolution = resolve(request, universe)
+    path = opts.output or loaded.lock_path
+    text = render(
+        loaded,
+        request,
+        resolution,
+        native=native,
+        host=host,
+        roots=roots,
+        constraints=constraints,
+        exclude_newer=opts.exclude_newer,
+        path=path,
+    )
+    return text, resolution
+
+
+def summary(result: LockResult) -> Mapping[str, object]:
+    return {
+        "lock": str(result.path),
+        "target": result.target.describe(),
+        "native-requires-from": result.native_from,
+        "changed": result.changed,
+        "packages": [
+            {"name": p.name, "version": str(p.version)} for p in result.resolution.packages
+        ],
+        "assumptions": len(result.resolution.assumptions),
+        "shadows": [
+            {"name": s.name, "host-version": s.host_version, "overlay-version": s.overlay_version}
+            for s in result.resolution.shadows
+        ],
+    }
+
+
+__all__ = ["KvenvError", "LockOptions", "LockResult", "lock_profile", "lock_with_universe"]

@@ -1,0 +1,443 @@
+"""Finding wheels for the target on indexes and in wheelhouses, through unearth.
+
+unearth parses the pages (PEP 503 HTML and PEP 691 JSON) and filters links (wheels only,
+yanked excluded, name checked); kvenv ranks the wheel tags for the *target* (never the running
+machine), checks ``Requires-Python`` against the target's Python, applies ``--exclude-newer``,
+and caches the pages (fresh for :data:`PAGE_TTL` seconds, then revalidated; used as they are
+with ``--offline``). Pages are fetched in parallel: the resolver prefetches the projects it
+will need next.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from collections.abc import Iterable
+from concurrent.futures import Future, ThreadPoolExecutor
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+from urllib.parse import unquote, urljoin, urlparse
+
+import attrs
+from packaging.specifiers import InvalidSpecifier, SpecifierSet
+from packaging.utils import (
+    InvalidSdistFilename,
+    InvalidWheelFilename,
+    NormalizedName,
+    canonicalize_name,
+    parse_sdist_filename,
+    parse_wheel_filename,
+)
+from packaging.version import InvalidVersion, Version
+
+from kvenv.errors import FetchError
+from kvenv.lock.cache import Cache, CachedPage
+from kvenv.lock.sources import IndexConfig
+from kvenv.target import TargetEnv
+
+PAGE_TTL = 600.0
+ACCEPT = (
+    "application/vnd.pypi.simple.v1+json, application/vnd.pypi.simple.v1+html; q=0.1, "
+    "text/html; q=0.01"
+)
+
+
+@attrs.frozen
+class WheelFile:
+    """One wheel that installs on the target."""
+
+    name: NormalizedName
+    version: Version
+    filename: str
+    url: str
+    rank: int
+    index: str | None = None  # the index it came from; None for a wheelhouse
+    sha256: str | None = None
+    size: int | None = None
+    upload_time: datetime | None = None
+    requires_python: str | None = None
+    core_metadata: bool = False
+    core_metadata_sha256: str | None = None
+
+    @property
+    def local_path(self) -> Path | None:
+        parsed = urlparse(self.url)
+        return Path(unquote(parsed.path)) if parsed.scheme == "file" else None
+
+
+@attrs.frozen
+class Project:
+    """The wheels of one project for the target, and every file name its sources list."""
+
+    name: NormalizedName
+    wheels: tuple[WheelFile, ...]
+    filenames: tuple[str, ...] = ()
+
+    @property
+    def seen_versions(self) -> tuple[str, ...]:
+        """Every version seen at all (any platform, sdists too), newest first."""
+        seen: set[str] = set()
+        for filename in self.filenames:
+            seen.update(_any_version(self.name, filename))
+        return tuple(sorted(seen, key=_version_key, reverse=True))
+
+    def by_version(self) -> dict[Version, WheelFile]:
+        """The best wheel for each version, newest version first."""
+        best: dict[Version, WheelFile] = {}
+        for wheel in sorted(self.wheels, key=lambda w: (w.rank, w.filename)):
+            best.setdefault(wheel.version, wheel)
+        return dict(sorted(best.items(), key=lambda item: item[0], reverse=True))
+
+
+def _redact(url: str) -> str:
+    parsed = urlparse(url)
+    if parsed.password or parsed.username:
+        netloc = parsed.hostname or ""
+        if parsed.port:
+            netloc += f":{parsed.port}"
+        return parsed._replace(netloc=f"***@{netloc}").geturl()
+    return url
+
+
+class Finder:
+    """Finds the target's wheels of a project on every configured source."""
+
+    def __init__(
+        self,
+        config: IndexConfig,
+        target: TargetEnv,
+        cache: Cache,
+        *,
+        offline: bool = False,
+        refresh: bool = False,
+        exclude_newer: datetime | None = None,
+        workers: int = 16,
+    ) -> None:
+        self.config = config
+        self.target = target
+        self.cache = cache
+        self.offline = offline
+        self.refresh = refresh
+        self.exclude_newer = exclude_newer
+        self._pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="kvenv-find")
+        self._projects: dict[str, Future[Project]] = {}
+        self._lock = threading.Lock()
+        self._session: Any = None
+        self._link_pages: dict[str, Future[list[_Entry]]] = {}
+        self._ranks: dict[tuple[str, str, str], int] | None = None
+        self.index_urls = config.index_urls()
+
+    # the HTTP session ----------------------------------------------------------------------
+    @property
+    def session(self) -> Any:
+        with self._lock:
+            if self._session is None:
+                import httpx2
+                from unearth.fetchers.sync import PyPIClient
+
+                limits = httpx2.Limits(max_connections=32, max_keepalive_connections=32)
+                self._session = PyPIClient(timeout=60.0, limits=limits)
+            return self._session
+
+    def close(self) -> None:
+        self._pool.shutdown(wait=True)
+        if self._session is not None:
+            self._session.close()
+
+    # public API ----------------------------------------------------------------------------
+    def prefetch(self, names: Iterable[str]) -> None:
+        for name in names:
+            self._future(canonicalize_name(name))
+
+    def project(self, name: str) -> Project:
+        return self._future(canonicalize_name(name)).result()
+
+    def _future(self, name: NormalizedName) -> Future[Project]:
+        with self._lock:
+            future = self._projects.get(name)
+            if future is None:
+                future = self._pool.submit(self._collect, name)
+                self._projects[name] = future
+            return future
+
+    # collecting ----------------------------------------------------------------------------
+    def _collect(self, name: NormalizedName) -> Project:
+        entries: list[_Entry] = []
+        for index in self.index_urls:
+            page = self._page(urljoin(index, f"{name}/"))
+            if page is not None:
+                entries.extend(_entries(page, index))
+        for location in self.config.find_links:
+            entries.extend(self._find_links(location))
+        return self._evaluate(name, entries)
+
+    def _evaluate(self, name: NormalizedName, entries: list[_Entry]) -> Project:
+        wheels: list[WheelFile] = []
+        ranks = self._tag_ranks
+        python = self.target.python_full_version
+        specs: dict[str, bool] = {}
+        for entry in entries:
+            filename = entry.filename
+            if entry.yanked or not entry.url or not filename.endswith(".whl"):
+                continue
+            parts = filename[:-4].rsplit("-", 3)
+            if len(parts) != 4 or canonicalize_name(parts[0].split("-", 1)[0]) != name:
+                continue
+            rank = _rank(parts[1], parts[2], parts[3], ranks)
+            if rank is None:
+                continue
+            rp = entry.requires_python
+            if rp:
+                if rp not in specs:
+                    try:
+                        specs[rp] = SpecifierSet(rp).contains(python, prereleases=True)
+                    except InvalidSpecifier:
+                        specs[rp] = False
+                if not specs[rp]:
+                    continue
+            upload = _when(entry.upload_time)
+            if self.exclude_newer and upload and upload > self.exclude_newer:
+                continue
+            version = _version_of(name, filename)
+            if version is None:
+                continue
+            wheels.append(
+                WheelFile(
+                    name=name,
+                    version=version,
+                    filename=filename,
+                    url=entry.url,
+                    rank=rank,
+                    index=entry.index,
+                    sha256=entry.sha256,
+                    size=entry.size,
+                    upload_time=upload,
+                    requires_python=rp,
+                    core_metadata=entry.core_metadata,
+                    core_metadata_sha256=entry.core_metadata_sha256,
+                )
+            )
+        wheels.sort(key=lambda w: (w.version, -w.rank, w.filename), reverse=True)
+        return Project(name, tuple(wheels), tuple(e.filename for e in entries))
+
+    @property
+    def _tag_ranks(self) -> dict[tuple[str, str, str], int]:
+        if self._ranks is None:
+            self._ranks = {
+                (t.interpreter, t.abi, t.platform): i for i, t in enumerate(self.target.tags())
+            }
+        return self._ranks
+
+    def _find_links(self, location: str) -> list[_Entry]:
+        with self._lock:
+            future = self._link_pages.get(location)
+            owner = future is None
+            if future is None:
+                future = Future()
+                self._link_pages[location] = future
+        if owner:
+            try:
+                future.set_result(self._read_find_links(location))
+            except BaseException as exc:
+                future.set_exception(exc)
+        return future.result()
+
+    def _read_find_links(self, location: str) -> list[_Entry]:
+        if "://" not in location:
+            directory = Path(location)
+            if not directory.is_dir():
+                raise FetchError(f"find-links directory not found: {location}")
+            return [
+                _Entry(child.name, child.resolve().as_uri(), size=child.stat().st_size)
+                for child in sorted(directory.iterdir())
+                if child.suffix == ".whl" and child.is_file()
+            ]
+        page = self._page(location)
+        return [] if page is None else _entries(page, None)
+
+    # pages ---------------------------------------------------------------------------------
+    def _page(self, url: str) -> Any:
+        cached = self.cache.get_page(url)
+        if cached is not None and (
+            self.offline or (not self.refresh and time.time() - cached.fetched_at < PAGE_TTL)
+        ):
+            return _as_page(cached) if cached.content else None
+        if self.offline:
+            raise FetchError(
+                f"offline: no cached index page {_redact(url)}",
+                hint="run `kvenv lock` once with network access to fill the cache",
+            )
+        headers = {"Accept": ACCEPT}
+        if cached is not None and cached.etag:
+            headers["If-None-Match"] = cached.etag
+        if cached is not None and cached.last_modified:
+            headers["If-Modified-Since"] = cached.last_modified
+        try:
+            response = self.session.get(url, headers=headers, follow_redirects=True)
+        except Exception as exc:
+            raise FetchError(f"cannot reach {_redact(url)}: {exc}") from None
+        if response.status_code == 304 and cached is not None:
+            fresh = attrs.evolve(cached, fetched_at=time.time())
+            self.cache.put_page(fresh)
+            return _as_page(fresh) if fresh.content else None
+        if response.status_code == 404:
+            self.cache.put_page(CachedPage(url, b"", "text/html", time.time()))
+            return None
+        if response.status_code >= 400:
+            raise FetchError(f"{_redact(url)} answered HTTP {response.status_code}")
+        page = CachedPage(
+            url=url,
+            content=response.content,
+            content_type=response.headers.get("Content-Type", "text/html"),
+            fetched_at=time.time(),
+            etag=response.headers.get("ETag"),
+            last_modified=response.headers.get("Last-Modified"),
+        )
+        self.cache.put_page(page)
+        return _as_page(page)
+
+
+def _as_page(cached: CachedPage) -> Any:
+    from unearth.collector import IndexPage
+    from unearth.link import Link
+
+    return IndexPage(Link(cached.url), cached.content, None, cached.content_type)
+
+
+@attrs.frozen
+class _Entry:
+    """One file listed by a source (any kind, any platform)."""
+
+    filename: str
+    url: str
+    index: str | None = None
+    sha256: str | None = None
+    size: int | None = None
+    upload_time: str | datetime | None = None
+    yanked: bool = False
+    requires_python: str | None = None
+    core_metadata: bool = False
+    core_metadata_sha256: str | None = None
+
+
+def _entries(page: Any, index: str | None) -> list[_Entry]:
+    """The files of a page: PEP 691 JSON read directly (fast), HTML through unearth."""
+    from unearth.collector import parse_html_page
+
+    base = page.link.url_without_fragment
+    if page.content_type.startswith("application/vnd.pypi.simple.v1+json"):
+        try:
+            data = json.loads(page.content)
+        except ValueError:
+            raise FetchError(f"invalid JSON index page: {_redact(base)}") from None
+        out = []
+        for file in data.get("files", []):
+            if not isinstance(file, dict) or not file.get("url") or not file.get("filename"):
+                continue
+            filename = str(file["filename"])
+            if not filename.endswith(".whl"):
+                out.append(_Entry(filename, ""))
+                continue
+            url = str(file["url"])
+            if not url.startswith(("https://", "http://")):
+                url = urljoin(base, url)
+            hashes = file.get("hashes") or {}
+            meta = file.get("core-metadata", file.get("data-dist-info-metadata"))
+            size = file.get("size")
+            out.append(
+                _Entry(
+                    filename=filename,
+                    url=url.split("#", 1)[0],
+                    index=index,
+                    sha256=hashes.get("sha256") if isinstance(hashes, dict) else None,
+                    size=size if isinstance(size, int) and not isinstance(size, bool) else None,
+                    upload_time=file.get("upload-time"),
+                    yanked=bool(file.get("yanked")),
+                    requires_python=file.get("requires-python") or None,
+                    core_metadata=bool(meta),
+                    core_metadata_sha256=meta.get("sha256") if isinstance(meta, dict) else None,
+                )
+            )
+        return out
+    out = []
+    for link in parse_html_page(page):
+        meta = link.dist_info_metadata
+        sha = (link.hashes or {}).get("sha256") or (
+            link.hash if link.hash_name == "sha256" else None
+        )
+        out.append(
+            _Entry(
+                filename=link.filename,
+                url=link.url_without_fragment,
+                index=index,
+                sha256=sha,
+                yanked=link.yank_reason is not None,
+                requires_python=link.requires_python,
+                core_metadata=bool(meta),
+                core_metadata_sha256=meta.get("sha256") if isinstance(meta, dict) else None,
+            )
+        )
+    return out
+
+
+def _rank(py: str, abi: str, plat: str, ranks: dict[tuple[str, str, str], int]) -> int | None:
+    best: int | None = None
+    for p in py.split("."):
+        for a in abi.split("."):
+            for pl in plat.split("."):
+                rank = ranks.get((p, a, pl))
+                if rank is not None and (best is None or rank < best):
+                    best = rank
+    return best
+
+
+def _when(value: str | datetime | None) -> datetime | None:
+    if value is None or isinstance(value, datetime):
+        return value
+    try:
+        return datetime.fromisoformat(value.replace("Z", "+00:00"))
+    except ValueError:
+        return None
+
+
+def _version_of(name: NormalizedName, filename: str) -> Version | None:
+    if not filename.endswith(".whl"):
+        return None
+    try:
+        wheel_name, version, _, _ = parse_wheel_filename(filename)
+    except (InvalidWheelFilename, InvalidVersion):
+        return None
+    return version if wheel_name == name else None
+
+
+def _any_version(name: NormalizedName, filename: str) -> list[str]:
+    if filename.endswith(".whl"):
+        version = _version_of(name, filename)
+        return [str(version)] if version is not None else []
+    try:
+        sdist_name, sdist_version = parse_sdist_filename(filename)
+    except (InvalidSdistFilename, InvalidVersion):
+        return []
+    return [str(sdist_version)] if sdist_name == name else []
+
+
+def _version_key(text: str) -> Version:
+    try:
+        return Version(text)
+    except InvalidVersion:
+        return Version("0")
+
+
+def file_digest(path: Path) -> tuple[str, int]:
+    """The sha256 and size of a local file."""
+    import hashlib
+
+    digest = hashlib.sha256()
+    size = 0
+    with path.open("rb") as handle:
+        for chunk in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(chunk)
+            size += len(chunk)
+    return digest.hexdigest(), size

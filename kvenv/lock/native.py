@@ -1,0 +1,125 @@
+"""The native wheel's own requirements (its METADATA Requires-Dist), from wherever they can be
+had, in this order: a ``--native-requires FILE``; the wheel's source when reachable (a path
+source is read in place and its sha256 checked; an index source through the finder; hf and url
+sources by HTTP range requests); else the ``requires`` recorded in the existing lock for the
+same native identity. They are recorded in the new lock so later checks run offline."""
+
+from __future__ import annotations
+
+import hashlib
+from pathlib import Path
+
+import attrs
+
+from kvenv.errors import FetchError, IntegrityError, KvenvError
+from kvenv.lock.finder import Finder
+from kvenv.lock.metadata import (
+    MetadataFetcher,
+    parse_metadata,
+    range_metadata,
+    read_wheel_metadata,
+)
+from kvenv.lock.pylock import LockFile
+from kvenv.lock.reqfile import read_requirements
+from kvenv.profile import HfSource, IndexSource, Native, PathSource, UrlSource
+from kvenv.profiles import LoadedProfile
+
+
+@attrs.frozen
+class NativeRequires:
+    requires: tuple[str, ...]
+    source: str  # how they were obtained, recorded as requires-from
+
+
+def _same_native(native: Native, previous: LockFile | None) -> bool:
+    if previous is None:
+        return False
+    entry = previous.kvenv.native
+    return (entry.name, entry.version, entry.sha256) == (native.name, native.version, native.sha256)
+
+
+def native_requires(
+    loaded: LoadedProfile,
+    *,
+    requires_file: Path | None,
+    previous: LockFile | None,
+    finder: Finder | None,
+    offline: bool,
+) -> NativeRequires:
+    native = loaded.profile.native
+    if native is None:
+        raise KvenvError(
+            f"profile {loaded.profile.name} has no [native] wheel to lock for",
+            hint="add a [native] table to the profile",
+        )
+    if requires_file is not None:
+        lines = tuple(str(r) for r in read_requirements(requires_file))
+        return NativeRequires(lines, f"file {requires_file.name}")
+    failure: KvenvError | None = None
+    try:
+        return _from_source(loaded, native, finder, offline)
+    except (FetchError, IntegrityError) as exc:
+        if isinstance(exc, IntegrityError):
+            raise
+        failure = exc
+    if _same_native(native, previous):
+        assert previous is not None
+        entry = previous.kvenv.native
+        return NativeRequires(tuple(entry.requires), entry.requires_from)
+    raise FetchError(
+        f"cannot read the requirements of the native wheel {native.name} {native.version}: "
+        f"{failure.message if failure else 'source unreachable'}",
+        hint="give them with --native-requires FILE (a requirements file of its Requires-Dist)",
+    )
+
+
+def _from_source(
+    loaded: LoadedProfile, native: Native, finder: Finder | None, offline: bool
+) -> NativeRequires:
+    source = native.source
+    if isinstance(source, PathSource):
+        path = loaded.resolve(source.path)
+        if not path.is_file():
+            raise FetchError(f"native wheel not found: {path}")
+        digest = hashlib.sha256(path.read_bytes()).hexdigest()
+        if digest != native.sha256:
+            raise IntegrityError(
+                f"native wheel {path} has sha256 {digest}, the profile pins {native.sha256}",
+                hint="update native.sha256 or replace the file",
+            )
+        meta = read_wheel_metadata(path)
+        return NativeRequires(meta.requires, "wheel")
+    if offline:
+        raise FetchError("offline")
+    if isinstance(source, IndexSource):
+        if finder is None:
+            raise FetchError("no finder")
+        for wheel in finder.project(native.name).wheels:
+            if wheel.sha256 == native.sha256 or (
+                source.filename is not None and wheel.filename == source.filename
+            ):
+                fetcher = MetadataFetcher(finder.cache, lambda: finder.session, offline=offline)
+                return NativeRequires(fetcher.get(wheel).requires, "index metadata")
+        raise FetchError(f"the index has no wheel of {native.name} with sha256 {native.sha256}")
+    if isinstance(source, UrlSource):
+        return NativeRequires(_remote_requires(source.url, native.name), "url")
+    if isinstance(source, HfSource):
+        return NativeRequires(_hf_requires(source, native.name), "hf")
+    raise FetchError("unknown native source")
+
+
+def _remote_requires(url: str, name: str) -> tuple[str, ...]:
+    import httpx2
+
+    with httpx2.Client(timeout=15.0, follow_redirects=True) as client:
+        data = range_metadata(client, url, name, origin=f"the native wheel {name}")
+    return parse_metadata(data, origin=url).requires
+
+
+def _hf_requires(source: HfSource, name: str) -> tuple[str, ...]:
+    from huggingface_hub import hf_hub_url
+
+    url = hf_hub_url(
+        source.repo, source.filename, revision=source.revision, repo_type=source.repo_type
+    )
+    return _remote_requires(url, name)
