@@ -10,6 +10,7 @@ the target would pick it. Locks are read and validated by ``kvenv.lock`` (``read
 
 from __future__ import annotations
 
+import os
 import posixpath
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
@@ -38,7 +39,9 @@ class Artifact:
     """One pinned file: what it is, which bytes exactly, and where to get them.
 
     ``filename`` is None only for an index source that does not name its file; the fetcher
-    then finds it on the index by name, version and sha256.
+    then finds it on the index by name, version and sha256. ``index_fallback`` marks an
+    overlay wheel the lock gives by ``path`` only (a portable lock): when that file does not
+    exist, the fetcher finds it on the configured index by project name and exact file name.
     """
 
     name: str
@@ -48,6 +51,7 @@ class Artifact:
     size: int | None
     role: Role
     source: ArtifactSource
+    index_fallback: bool = False
 
     @property
     def label(self) -> str:
@@ -62,7 +66,8 @@ def artifacts_for(
 
     ``lock_data`` is a :class:`kvenv.lock.LockFile` (from ``read_lock``), a validated
     :class:`Pylock`, the lock's TOML as a mapping, a path to the lock file, or None for a
-    profile without overlay. Wheel ``path`` entries resolve against the lock's directory.
+    profile without overlay. Wheel ``path`` entries resolve against the lock's directory
+    (normalised, so ``../wheels/x.whl`` names ``<project>/wheels/x.whl``).
     Raises :class:`LockError` for a lock kvenv cannot use and :class:`ConflictError` when it
     pins a protected package.
     """
@@ -208,8 +213,9 @@ def _overlay_artifact(
     filename = wheel.filename
     if version is None:
         version = parse_wheel_filename(filename)[1]
-    source: ArtifactSource = wheel.url or (lock_dir / str(wheel.path)).absolute()
+    source: ArtifactSource = wheel.url or Path(os.path.normpath(lock_dir / str(wheel.path)))
     return Artifact(
+        index_fallback=wheel.url is None,
         name=name,
         version=str(version),
         filename=filename,

@@ -7,7 +7,8 @@ inside it)::
     DIR/bundle.json                 index: profile, lock, snapshot, every artifact (schema 1)
     DIR/SHA256SUMS                  sha256sum format, every file but itself
     DIR/profiles/<name>.toml        the profile after ``extends``, as one document
-    DIR/<overlay.lock>              the lock, byte for byte (e.g. locks/pylock.<name>.toml)
+    DIR/<overlay.lock>              the lock (e.g. locks/pylock.<name>.toml); its wheels' paths
+                                    resolve to DIR/wheels/ (see _bundled_lock)
     DIR/<host.snapshot>             the host snapshot, when the profile has one
     DIR/wheels/<filename>           the native wheel and every overlay wheel
 
@@ -33,12 +34,13 @@ from typing import Literal
 
 import attrs
 
-from kvenv import __version__, convert
+from kvenv import __version__, convert, tomlio
 from kvenv.artifacts import Artifact, artifacts_for
 from kvenv.errors import InputError, IntegrityError, LockError, Problem
 from kvenv.fields import Pep440Version, ProfileName, RelPath, Sha256, WheelFilename
 from kvenv.hashing import HashingWriter, copy_hashing, sha256_file, sha_mismatch
 from kvenv.lock import read_lock
+from kvenv.lock.pylock import dumps_lock
 from kvenv.profile import PathSource
 from kvenv.profiles import LoadedProfile, dump_profile, profile_digest
 
@@ -76,9 +78,10 @@ class BundleIndex:
     kvenv_version: str
     created: str
     profile: BundledProfile
-    lock: RelPath | None
-    host_snapshot: RelPath | None
-    artifacts: list[BundledArtifact]
+    # None is left out of bundle.json (convert.unstructure), hence the defaults
+    lock: RelPath | None = None
+    host_snapshot: RelPath | None = None
+    artifacts: list[BundledArtifact] = attrs.field(factory=list)
 
 
 @attrs.frozen
@@ -232,7 +235,7 @@ def _write_contents(
     lock_rel: str | None = None
     if lock_path is not None:
         lock_rel = profile.lock_relpath
-        _write(staging / lock_rel, lock_path.read_bytes())
+        _write(staging / lock_rel, _bundled_lock(lock_path, staging, lock_rel, bundled))
     snapshot_rel: str | None = None
     snapshot = loaded.snapshot_path
     if snapshot is not None and snapshot.is_file() and profile.host.snapshot is not None:
@@ -253,6 +256,38 @@ def _write_contents(
     text = json.dumps(convert.unstructure(index), indent=2) + "\n"
     _write(staging / INDEX, text.encode())
     return index
+
+
+def _bundled_lock(
+    lock_path: Path, staging: Path, lock_rel: str, bundled: list[BundledArtifact]
+) -> bytes:
+    """The lock for the bundle: byte for byte when every bundled wheel's ``path`` already
+    resolves to ``wheels/<filename>`` inside the bundle (a portable lock at ``locks/``), else a
+    copy whose bundled wheels are given by that path (no ``url``, no ``index``), so that uv
+    and pip install the bundled lock from the bundle alone."""
+    data = tomlio.read(lock_path)
+    where = {item.sha256: item.file for item in bundled if item.role == "overlay"}
+    lock_dir = (staging / lock_rel).parent
+    changed = False
+    for package in data.get("packages", []):
+        moved = False
+        for number, wheel in enumerate(package.get("wheels", [])):
+            rel = where.get((wheel.get("hashes") or {}).get("sha256", ""))
+            if rel is None:
+                continue
+            path = Path(os.path.relpath(staging / rel, lock_dir)).as_posix()
+            if wheel.get("path") == path and "url" not in wheel:
+                continue
+            head = {"name": wheel["name"]} if "name" in wheel else {}
+            rest = {k: v for k, v in wheel.items() if k not in ("name", "url", "path")}
+            package["wheels"][number] = {**head, "path": path, **rest}
+            moved = True
+        if moved:
+            package.pop("index", None)
+            changed = True
+    if not changed:
+        return lock_path.read_bytes()
+    return dumps_lock(data).encode()
 
 
 def names_for(bundled: list[BundledArtifact], sha256: str) -> str:

@@ -197,7 +197,11 @@ def test_the_builtin_kaggle_lock_passes_its_check_offline(
     for package in lock.pylock.packages:
         (wheel,) = package.wheels or []
         assert wheel.size and len(wheel.hashes["sha256"]) == 64
-        assert wheel.url and wheel.url.startswith("https://")
+        # portable: no index host in the committed file, the wheel by name in ../wheels/
+        assert wheel.url is None and package.index is None
+        assert wheel.path == f"../wheels/{wheel.filename}"
         assert loaded.profile.target is not None
+    assert lock.kvenv.portable
+    assert "://" not in reference.read_text()
     assert lock.kvenv.native.requires_from == "file overlay-requirements.txt"
     assert len(lock.kvenv.native.requires) == 54

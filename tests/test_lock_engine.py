@@ -205,7 +205,9 @@ def test_loopback_index_variants(
     loaded = write_project(tmp_path / "p", distributions=[HOST_TORCH])
     expected = versions(lock_doc(loaded, house_opts(house, tmp_path)))
     with serve_index(house, json_api=json_api, pep658=pep658, hashes=hashes) as url:
-        options = LockOptions(index=IndexConfig(index_url=url), cache_dir=tmp_path / "c")
+        options = LockOptions(
+            index=IndexConfig(index_url=url), cache_dir=tmp_path / "c", portable=False
+        )
         doc = lock_doc(loaded, options)
     assert versions(doc) == expected
     for package in doc["packages"]:

@@ -65,7 +65,7 @@ def real_lock(tmp_path_factory: pytest.TempPathFactory) -> Path:
     os.environ["KVENV_CACHE_DIR"] = str(root / "cache")
     try:
         os.chdir(root)
-        assert main(["lock", "testbox"]) == 0
+        assert main(["lock", "testbox", "--no-portable"]) == 0
         assert main(["lock", "testbox", "--check"]) == 0
     finally:
         os.chdir(old)

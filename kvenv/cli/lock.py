@@ -73,6 +73,14 @@ def register(sub: Any) -> None:
         "--fresh", action="store_true", help="ignore the existing lock's recorded inputs"
     )
     parser.add_argument("--cache-dir", type=Path, help="cache directory (default: user cache)")
+    parser.add_argument(
+        "--portable",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="write index wheels as paths into the project's wheels/ directory, naming no "
+        "index host (the default for new locks; a rerun keeps what the lock recorded); "
+        "--no-portable writes each wheel's index URL",
+    )
     parser.set_defaults(func=run)
 
 
@@ -141,6 +149,7 @@ def _lock(args: argparse.Namespace, loaded: Any) -> int:
         refresh=args.refresh,
         fresh=args.fresh,
         cache_dir=args.cache_dir,
+        portable=args.portable,
     )
     result = lock_profile(loaded, options)
     if result.changed:

@@ -15,7 +15,7 @@ from kvenv.errors import FetchError, IntegrityError, KvenvError, Problem, UsageE
 from kvenv.fetch import http
 from kvenv.fetch.cache import ArtifactCache
 from kvenv.fetch.hub import describe, download_hf, hub_offline
-from kvenv.fetch.index import find_on_index
+from kvenv.fetch.index import find_on_index, locate_wheel
 from kvenv.hashing import copy_hashing, sha256_file, sha_mismatch, size_mismatch
 from kvenv.profile import HfSource, IndexSource, UrlSource
 
@@ -47,7 +47,10 @@ def fetch_all(
 
     Files come from the cache (re-verified cheaply, see :mod:`kvenv.fetch.cache`), then from
     ``bundle`` (used in place, after its SHA256SUMS were checked), then from their sources,
-    ``jobs`` at a time. With ``offline`` or a ``bundle`` nothing touches the network, and a
+    ``jobs`` at a time. A portable lock's wheel (``index_fallback``) whose path does not exist
+    is found on the index by file name: ``index_urls``/``find_links`` when given, else the
+    index environment variables ``kvenv lock`` honours, else unearth's default index.
+    With ``offline`` or a ``bundle`` nothing touches the network, and a
     missing artifact is a :class:`FetchError` naming each one. A file whose sha256 or size
     differs from its pin is deleted and raises :class:`IntegrityError`; no result is
     returned then. ``progress(label, done_bytes, total_bytes)`` is called from worker threads.
@@ -150,7 +153,14 @@ def _is_hub(artifact: Artifact) -> bool:
 
 
 def _needs_network(artifact: Artifact) -> bool:
-    return not isinstance(artifact.source, Path)
+    source = artifact.source
+    return not isinstance(source, Path) or (artifact.index_fallback and not source.is_file())
+
+
+def _where(artifact: Artifact) -> str:
+    if isinstance(artifact.source, Path):  # a portable lock's wheel that is not there
+        return f"the index ({artifact.source} does not exist)"
+    return source_text(artifact)
 
 
 def _refuse_network(pending: list[Artifact], *, offline: bool, bundle: Path | None) -> None:
@@ -159,7 +169,7 @@ def _refuse_network(pending: list[Artifact], *, offline: bool, bundle: Path | No
         return
     problems = [
         Problem(
-            f"{a.label} ({a.role}, sha256 {a.sha256[:12]}…) from {source_text(a)}",
+            f"{a.label} ({a.role}, sha256 {a.sha256[:12]}…) from {_where(a)}",
             fix="add it to the bundle" if bundle is not None else None,
         )
         for a in remote
@@ -274,11 +284,26 @@ class _Fetcher:
             _safe_filename(filename, artifact)
         elif isinstance(source, UrlSource):
             location = source.url
+        elif isinstance(source, Path) and artifact.index_fallback and not source.is_file():
+            assert filename is not None
+            urls, links = self._index()
+            location = locate_wheel(
+                artifact.name, filename, artifact.sha256, index_urls=urls, find_links=links
+            )
         else:
             location = source
         if isinstance(location, Path):
             return self._from_file(artifact, location, filename or location.name)
         return self._from_url(artifact, location, filename or url_filename(location))
+
+    def _index(self) -> tuple[list[str], list[str]]:
+        """The given index and find-links, else those of the environment (as `kvenv lock`)."""
+        if self.index_urls or self.find_links:
+            return list(self.index_urls), list(self.find_links)
+        from kvenv.lock.sources import index_config
+
+        config = index_config(environ=os.environ, base=Path.cwd())
+        return config.index_urls(), list(config.find_links)
 
     def _report(self, label: str) -> Callable[[int, int | None], None] | None:
         progress = self.progress

@@ -1,11 +1,12 @@
 """``kvenv lock --check``: is the lock valid, complete and current? Offline and pure over
 (profile, host snapshot, lock).
 
-Checks: nothing protected in the lock; every package is a wheel with sha256 and size whose
-file name matches it and installs on the target; every requirement of the native wheel, of the
-extra roots and of each locked package (markers evaluated for the target, extras honoured) is
-satisfied by host ∪ lock (a host package of unknown version is accepted); the profile and host
-snapshot digests match the ones recorded.
+Checks: nothing protected in the lock; a portable lock names no index (paths only); every
+package is a wheel with sha256 and size whose file name matches it and installs on the
+target; every requirement of the native wheel, of the extra roots and of each locked package
+(markers evaluated for the target, extras honoured) is satisfied by host ∪ lock (a host
+package of unknown version is accepted); the profile and host snapshot digests match the
+ones recorded.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from __future__ import annotations
 import re
 from collections import deque
 from collections.abc import Iterator
+from pathlib import PurePosixPath
 
 import attrs
 from packaging.markers import Marker
@@ -73,6 +75,8 @@ def check_lock(loaded: LoadedProfile, lock: LockFile, host: HostSnapshot | None)
         if package.name in locked:
             add(f"{where}.name", f"{package.name} is listed twice", "relock")
         problems.extend(_check_package(package, where, target, file))
+        if lock.kvenv.portable:
+            problems.extend(_check_portable(package, where, file))
         if _applies(package, target):
             locked[package.name] = package
 
@@ -123,6 +127,30 @@ def _check_wheel(wheel: PackageWheel, path: str, file: str) -> Iterator[Problem]
         yield Problem("the wheel has no size", file=file, path=f"{path}.size", fix="relock")
     elif wheel.size <= 0:
         yield Problem("the wheel's size is not positive", file=file, path=f"{path}.size")
+
+
+def _check_portable(package: Package, where: str, file: str) -> Iterator[Problem]:
+    """A portable lock names no index: wheels by ``path`` only, no ``index`` key."""
+    if package.index is not None:
+        yield Problem(
+            "a portable lock names no index", file=file, path=f"{where}.index", fix="relock"
+        )
+    for w_index, wheel in enumerate(package.wheels or ()):
+        path = f"{where}.wheels[{w_index}]"
+        if wheel.url is not None or wheel.path is None:
+            yield Problem(
+                "a portable lock gives each wheel a path and no url",
+                file=file,
+                path=f"{path}.url",
+                fix="relock",
+            )
+        elif PurePosixPath(wheel.path).name != wheel.filename:
+            yield Problem(
+                f"the wheel's path does not end in its file name {wheel.filename}",
+                file=file,
+                path=f"{path}.path",
+                fix="relock",
+            )
 
 
 def _closure(

@@ -23,6 +23,7 @@ from kvenv.lock.finder import Finder
 from kvenv.lock.native import NativeRequires, native_requires
 from kvenv.lock.provider import Native, constraint_map, prefer_map
 from kvenv.lock.pylock import (
+    WHEELHOUSE,
     AssumptionEntry,
     KvenvTable,
     LockFile,
@@ -40,6 +41,9 @@ from kvenv.profiles import LoadedProfile
 from kvenv.snapshot import HostSnapshot, read_snapshot, snapshot_digest
 from kvenv.target import TargetEnv
 
+# Locks kvenv writes are portable unless asked otherwise (docs/locks.md says why).
+DEFAULT_PORTABLE = True
+
 
 @attrs.frozen
 class LockOptions:
@@ -54,6 +58,7 @@ class LockOptions:
     refresh: bool = False
     fresh: bool = False
     cache_dir: Path | None = None
+    portable: bool | None = None  # None: as the existing lock recorded, else DEFAULT_PORTABLE
 
 
 @attrs.frozen
@@ -64,6 +69,7 @@ class LockResult:
     target: TargetEnv
     native_from: str
     changed: bool
+    portable: bool = False
 
 
 def parse_exclude_newer(value: str) -> datetime:
@@ -88,6 +94,15 @@ def _previous(path: Path, fresh: bool) -> LockFile | None:
         return read_lock(path)
     except LockError:
         return None
+
+
+def portable_choice(options: LockOptions, previous: LockFile | None) -> bool:
+    """``--portable``/``--no-portable`` when given, else what the existing lock recorded."""
+    if options.portable is not None:
+        return options.portable
+    if previous is not None:
+        return previous.kvenv.portable
+    return DEFAULT_PORTABLE
 
 
 def _host(loaded: LoadedProfile) -> HostSnapshot | None:
@@ -166,6 +181,7 @@ def kvenv_table(
     roots: list[str],
     constraints: list[str],
     exclude_newer: datetime | None,
+    portable: bool = False,
 ) -> KvenvTable:
     profile = loaded.profile
     assert profile.native is not None
@@ -186,6 +202,7 @@ def kvenv_table(
         requires=roots,
         constraints=constraints,
         exclude_newer=exclude_newer.isoformat() if exclude_newer else None,
+        portable=portable,
         assumptions=[
             AssumptionEntry(a.name, a.requirement, a.required_by) for a in resolution.assumptions
         ],
@@ -206,6 +223,7 @@ def lock_profile(
     path = options.output or loaded.lock_path
     previous = _previous(loaded.lock_path, options.fresh)
     host = _host(loaded)
+    portable = portable_choice(options, previous)
     if options.exclude_newer is None and previous is not None and previous.kvenv.exclude_newer:
         options = attrs.evolve(
             options, exclude_newer=parse_exclude_newer(previous.kvenv.exclude_newer)
@@ -245,9 +263,10 @@ def lock_profile(
             constraints=constraints,
             exclude_newer=options.exclude_newer,
             path=path,
+            portable=portable,
         )
     old = path.read_text(encoding="utf-8") if path.is_file() else None
-    return LockResult(path, text, resolution, target, native.source, old != text)
+    return LockResult(path, text, resolution, target, native.source, old != text, portable)
 
 
 def render(
@@ -261,6 +280,7 @@ def render(
     constraints: list[str],
     exclude_newer: datetime | None,
     path: Path,
+    portable: bool = False,
 ) -> str:
     table = kvenv_table(
         loaded,
@@ -271,8 +291,12 @@ def render(
         roots=roots,
         constraints=constraints,
         exclude_newer=exclude_newer,
+        portable=portable,
     )
-    document = build_lock(resolution, table, request.target, lock_dir=path.parent.resolve())
+    wheelhouse = (loaded.base_dir / WHEELHOUSE).resolve() if portable else None
+    document = build_lock(
+        resolution, table, request.target, lock_dir=path.parent.resolve(), wheelhouse=wheelhouse
+    )
     return dumps_lock(document)
 
 
@@ -302,6 +326,7 @@ def lock_with_universe(
         constraints=constraints,
         exclude_newer=opts.exclude_newer,
         path=path,
+        portable=portable_choice(opts, previous),
     )
     return text, resolution
 
@@ -311,6 +336,7 @@ def summary(result: LockResult) -> Mapping[str, object]:
         "lock": str(result.path),
         "target": result.target.describe(),
         "native-requires-from": result.native_from,
+        "portable": result.portable,
         "changed": result.changed,
         "packages": [
             {"name": p.name, "version": str(p.version)} for p in result.resolution.packages
