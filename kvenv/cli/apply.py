@@ -1,0 +1,424 @@
+"""Install commands: ``plan``, ``apply`` (``bootstrap``), ``activate`` (``env``), ``status``,
+``verify`` and ``reset``.
+
+Nothing heavy at module level; each command imports what it needs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import threading
+import time
+from typing import TYPE_CHECKING, Any
+
+from kvenv.cli._io import emit_json, err, out
+
+if TYPE_CHECKING:
+    from kvenv.locations import Locations
+    from kvenv.plan import LockInput, Plan
+    from kvenv.profiles import LoadedProfile
+    from kvenv.snapshot import HostSnapshot
+
+SHELL_CHOICES = ("bash", "zsh", "fish", "pwsh", "json")
+
+
+def _profile_arg(p: argparse.ArgumentParser) -> None:
+    p.add_argument("profile", nargs="?", metavar="PROFILE", help="name or .toml (default profile)")
+
+
+def _paths_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--root", metavar="DIR", help="runtime root (default: $KVENV_ROOT, [paths])")
+    p.add_argument("--cache", metavar="DIR", help="cache (default: $KVENV_CACHE_DIR, [paths])")
+
+
+def register(sub: Any) -> None:
+    p = sub.add_parser("plan", help="what `kvenv apply` would do (pure, offline)")
+    _profile_arg(p)
+    p.add_argument("--json", action="store_true", help="the plan as versioned JSON")
+    p.add_argument("--strict", action="store_true", help="turn warnings into errors")
+    p.add_argument("--host", metavar="SNAPSHOT", help="a host snapshot JSON instead of a probe")
+    _paths_args(p)
+    p.set_defaults(func=cmd_plan)
+
+    for name in ("apply", "bootstrap"):
+        p = sub.add_parser(
+            name,
+            help="install the profile into a new generation and switch to it"
+            + (" (alias of apply)" if name == "bootstrap" else ""),
+        )
+        _profile_arg(p)
+        p.add_argument("--dry-run", action="store_true", help="plan only; change nothing")
+        p.add_argument("--strict", action="store_true", help="turn warnings into errors")
+        p.add_argument("--offline", action="store_true", help="no network: cache or bundle only")
+        p.add_argument("--from", dest="bundle", metavar="BUNDLE", help="install from a bundle")
+        p.add_argument("--json", action="store_true", help="machine-readable result")
+        p.add_argument("--no-wait", action="store_true", help="fail if another apply runs")
+        p.add_argument("--jobs", type=int, default=8, metavar="N", help="parallel downloads")
+        p.add_argument("--python", metavar="EXE", help="interpreter for console scripts")
+        _paths_args(p)
+        p.set_defaults(func=cmd_apply)
+
+    for name in ("activate", "env"):
+        p = sub.add_parser(
+            name,
+            help="print the activation of the applied runtime for a shell"
+            + (" (alias of activate)" if name == "env" else ""),
+        )
+        _profile_arg(p)
+        p.add_argument("--shell", choices=SHELL_CHOICES, default="bash", help="output format")
+        p.add_argument("--manifest", metavar="PATH", help="a manifest instead of the current one")
+        _paths_args(p)
+        p.set_defaults(func=cmd_activate)
+
+    p = sub.add_parser("status", help="what is applied, for which profile, is it current")
+    _profile_arg(p)
+    p.add_argument("--json", action="store_true", help="machine-readable output")
+    _paths_args(p)
+    p.set_defaults(func=cmd_status)
+
+    p = sub.add_parser("verify", help="check installed files and host packages (exit 1: drift)")
+    _profile_arg(p)
+    p.add_argument("--json", action="store_true", help="machine-readable output")
+    _paths_args(p)
+    p.set_defaults(func=cmd_verify)
+
+    p = sub.add_parser("reset", help="remove what kvenv installed (keeps the cache)")
+    _profile_arg(p)
+    p.add_argument("--yes", action="store_true", help="really remove")
+    p.add_argument("--dry-run", action="store_true", help="show what would be removed")
+    p.add_argument("--purge-cache", action="store_true", help="also remove the cache and store")
+    p.add_argument("--json", action="store_true", help="machine-readable output")
+    _paths_args(p)
+    p.set_defaults(func=cmd_reset)
+
+
+# -- inputs ------------------------------------------------------------------------------------
+
+
+def _load(args: argparse.Namespace) -> tuple[LoadedProfile, Locations]:
+    from kvenv.locations import resolve_locations
+    from kvenv.profiles import load_profile
+
+    loaded = load_profile(args.profile)
+    locations = resolve_locations(loaded.profile, root=args.root, cache=args.cache)
+    return loaded, locations
+
+
+def _lock(loaded: LoadedProfile) -> LockInput | None:
+    from kvenv.plan import read_lock_input
+
+    path = loaded.lock_path
+    if not path.exists() and loaded.profile.overlay.lock is None:
+        return None  # a profile without an overlay
+    return read_lock_input(path)
+
+
+def _host(snapshot: str | None) -> HostSnapshot:
+    from pathlib import Path
+
+    if snapshot:
+        from kvenv.snapshot import read_snapshot
+
+        return read_snapshot(Path(snapshot))
+    from kvenv.probe import take_snapshot
+
+    return take_snapshot()
+
+
+def _recorded(loaded: LoadedProfile) -> HostSnapshot | None:
+    from kvenv.snapshot import read_snapshot
+
+    path = loaded.snapshot_path
+    return read_snapshot(path) if path is not None and path.exists() else None
+
+
+class _Progress:
+    """One status line on stderr, only when stdout is a terminal."""
+
+    def __init__(self) -> None:
+        self.enabled = sys.stdout.isatty() and sys.stderr.isatty()
+        self._lock = threading.Lock()
+        self._last = 0.0
+        self._totals: dict[str, tuple[int, int | None]] = {}
+
+    def __call__(self, label: str, done: int, total: int | None) -> None:
+        if not self.enabled:
+            return
+        with self._lock:
+            self._totals[label] = (done, total)
+            now = time.monotonic()
+            if now - self._last < 0.1:
+                return
+            self._last = now
+            got = sum(d for d, _ in self._totals.values())
+            known = sum(t or 0 for _, t in self._totals.values())
+            text = f"fetching {len(self._totals)} file(s): {got / 1e6:.1f}/{known / 1e6:.1f} MB"
+            sys.stderr.write("\r" + text[:100].ljust(100))
+            sys.stderr.flush()
+
+    def close(self) -> None:
+        if self.enabled and self._totals:
+            sys.stderr.write("\r" + " " * 100 + "\r")
+            sys.stderr.flush()
+
+
+# -- plan --------------------------------------------------------------------------------------
+
+
+def _render_plan(plan: Plan) -> None:
+    from kvenv.plan import plan_to_dict
+
+    data = plan_to_dict(plan)
+    out(f"profile: {plan.profile} ({plan.profile_digest})")
+    out(f"target: {plan.target}")
+    out(f"lock: {plan.lock_digest or 'none (no overlay)'}")
+    out(f"current generation: {plan.current_generation or 'none'}")
+    out("findings:")
+    for f in data["findings"]:
+        fix = f" (fix: {f['fix']})" if f.get("fix") and f["status"] != "pass" else ""
+        out(f"  {f['status'].upper():<8} {f['message']}{fix}")
+    if not data["findings"]:
+        out("  (no target checks: the profile targets this host)")
+    out("steps:")
+    for step in plan.steps:
+        out(f"  [{'done' if step.done else 'todo'}] {step.name}: {step.detail}")
+    if plan.shadows:
+        out("overlay shadows these host packages:")
+        for s in plan.shadows:
+            out(f"  {s.name}: host {s.host_version or '(version unknown)'} -> {s.overlay_version}")
+    if plan.up_to_date:
+        out("up to date: the applied generation matches this profile and lock")
+    out(f"compatible: {'yes' if plan.compatible else 'no'}")
+
+
+def cmd_plan(args: argparse.Namespace) -> int:
+    from kvenv.apply import plan_apply
+    from kvenv.plan import plan_to_dict
+
+    loaded, locations = _load(args)
+    plan = plan_apply(
+        loaded,
+        _lock(loaded),
+        _host(args.host),
+        locations,
+        strict=args.strict,
+        recorded=_recorded(loaded),
+    )
+    if args.json:
+        emit_json(plan_to_dict(plan))
+    else:
+        _render_plan(plan)
+    return 0 if plan.compatible else 3
+
+
+# -- apply -------------------------------------------------------------------------------------
+
+
+def cmd_apply(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from kvenv.apply import apply
+    from kvenv.plan import plan_to_dict
+
+    bundle = Path(args.bundle) if args.bundle else None
+    if bundle is not None and args.profile is None:
+        from kvenv.bundle import open_bundle
+
+        args.profile = str(open_bundle(bundle, verify=False).profile_path)  # the bundle's own
+    loaded, locations = _load(args)
+    lock = _lock(loaded)
+    progress = _Progress()
+    try:
+        result = apply(
+            loaded,
+            lock,
+            _host(None),
+            locations,
+            strict=args.strict,
+            offline=args.offline or bundle is not None,
+            bundle=bundle,
+            dry_run=args.dry_run,
+            wait=not args.no_wait,
+            jobs=args.jobs,
+            python=args.python,
+            recorded=_recorded(loaded),
+            progress=progress,
+            on_wait=err,
+        )
+    finally:
+        progress.close()
+    if args.json:
+        emit_json(
+            {
+                "status": result.status,
+                "root": result.root,
+                "generation": result.generation,
+                "manifest": result.manifest,
+                "removed_generations": result.removed,
+                "notes": result.notes,
+                "plan": plan_to_dict(result.plan),
+            }
+        )
+        return 0
+    if result.status == "dry-run":
+        _render_plan(result.plan)
+        out("dry-run: nothing was downloaded, installed or changed")
+    elif result.status == "up-to-date":
+        out(f"already up to date: generation {result.generation} in {result.root}; nothing to do")
+    else:
+        out(f"applied {loaded.profile.name}: generation {result.generation}")
+        out(f"manifest: {result.manifest}")
+        for note in result.notes:
+            out(f"note: {note}")
+        out(f'activate with: eval "$(kvenv activate {loaded.profile.name})"')
+    return 0
+
+
+# -- activate ----------------------------------------------------------------------------------
+
+
+def cmd_activate(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from kvenv.activation import activation_for, render
+    from kvenv.errors import InputError
+    from kvenv.manifest import current_manifest_path, read_manifest
+
+    if args.manifest:
+        path: Path | None = Path(args.manifest)
+        root = None
+    else:
+        loaded, locations = _load(args)
+        path = current_manifest_path(locations.root)
+        root = locations.root
+        if path is None:
+            raise InputError(
+                f"nothing is applied for profile {loaded.profile.name} in {locations.root}",
+                hint=f"run `kvenv apply {args.profile or ''}`".replace(" `", "`").strip(),
+            )
+    assert path is not None
+    manifest = read_manifest(path, root=root)
+    activation = activation_for(manifest)
+    sys.stdout.write(render(activation, args.shell, manifest_path=str(path)))
+    return 0
+
+
+# -- status and verify -------------------------------------------------------------------------
+
+
+def cmd_status(args: argparse.Namespace) -> int:
+    from kvenv.apply import current_state, is_owned, list_generations
+
+    loaded, locations = _load(args)
+    data: dict[str, Any] = {
+        "profile": loaded.profile.name,
+        "root": str(locations.root),
+        "cache": str(locations.cache),
+        "applied": False,
+        "current": False,
+        "generation": None,
+        "generations": [],
+    }
+    if is_owned(locations.root):
+        pointer, manifest = current_state(locations)
+        data["generations"] = list_generations(locations)
+        if manifest is not None and pointer is not None:
+            lock = _lock(loaded)
+            native = loaded.profile.native
+            data.update(
+                applied=True,
+                generation=manifest.generation,
+                previous=pointer.previous,
+                applied_profile=manifest.profile.name,
+                applied_at=manifest.created_at,
+                manifest=str(locations.generations / manifest.generation / "manifest.json"),
+                distributions=len(manifest.distributions),
+                current=manifest.matches(
+                    loaded.digest, lock.digest if lock else None, native.sha256 if native else None
+                ),
+            )
+    if args.json:
+        emit_json(data)
+        return 0
+    out(f"profile: {data['profile']}")
+    out(f"root: {data['root']}")
+    if not data["applied"]:
+        out("applied: nothing (run `kvenv apply`)")
+        return 0
+    out(f"generation: {data['generation']} (applied {data['applied_at']})")
+    out(f"distributions: {data['distributions']}")
+    state = "yes" if data["current"] else "no: profile, lock or native wheel changed; run apply"
+    out(f"current: {state}")
+    return 0
+
+
+def cmd_verify(args: argparse.Namespace) -> int:
+    from kvenv.apply import current_state, is_owned
+    from kvenv.errors import InputError
+    from kvenv.verify import drift_error, verify
+
+    loaded, locations = _load(args)
+    manifest = current_state(locations)[1] if is_owned(locations.root) else None
+    if manifest is None:
+        raise InputError(
+            f"nothing is applied for profile {loaded.profile.name} in {locations.root}",
+            hint="run `kvenv apply` first",
+        )
+    drifts = verify(manifest, _host(None))
+    if args.json:
+        emit_json(
+            {
+                "generation": manifest.generation,
+                "ok": not drifts,
+                "drift": [{"kind": d.kind, "path": d.path, "message": d.message} for d in drifts],
+            }
+        )
+        return 1 if drifts else 0
+    if drifts:
+        raise drift_error(drifts)
+    files = sum(1 for _ in manifest.distributions)
+    out(f"verified generation {manifest.generation}: {files} distributions match their RECORD")
+    return 0
+
+
+# -- reset -------------------------------------------------------------------------------------
+
+
+def cmd_reset(args: argparse.Namespace) -> int:
+    from kvenv.apply import RootLock, is_owned
+    from kvenv.errors import UsageError
+    from kvenv.reset import execute_reset, plan_reset
+
+    _, locations = _load(args)
+    plan = plan_reset(locations, purge_cache=args.purge_cache)
+    rows = [
+        {"label": t.label, "path": t.path, "action": t.action, "reason": t.reason}
+        for t in plan.targets
+    ]
+    if args.dry_run or not args.yes:
+        if args.json:
+            emit_json({"root": plan.root, "dry_run": True, "targets": rows, "removed": []})
+        else:
+            for row in rows:
+                out(f"{row['action']:<8} {row['path']}  ({row['reason']})")
+        if not args.dry_run:
+            raise UsageError(
+                "reset requires --yes",
+                hint="inspect it first with `kvenv reset --dry-run`, then add --yes",
+            )
+        if not args.json:
+            out("dry-run: nothing was removed")
+        return 0
+    if is_owned(locations.root):
+        with RootLock(locations, wait=True, on_wait=err):
+            removed = execute_reset(plan)
+    else:
+        removed = execute_reset(plan)
+    if args.json:
+        emit_json({"root": plan.root, "dry_run": False, "targets": rows, "removed": removed})
+        return 0
+    for path in removed:
+        out(f"removed {path}")
+    out(f"reset complete; cache preserved: {plan.cache}" if not args.purge_cache else "reset done")
+    return 0

@@ -1,0 +1,77 @@
+"""Where a profile's runtime root and cache are: flag, then environment, then the profile's
+``[paths]``, then a per-user default. Pure apart from reading ``os.environ``."""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Mapping
+from pathlib import Path
+
+import attrs
+
+from kvenv.profile import Profile
+
+ENV_ROOT = "KVENV_ROOT"
+ENV_CACHE = "KVENV_CACHE_DIR"
+ENV_MANIFEST = "KVENV_MANIFEST"
+ROOT_MARKER = ".kvenv-root"
+LOCK_NAME = ".kvenv.lock"
+
+
+@attrs.frozen
+class Locations:
+    root: Path
+    cache: Path
+
+    @property
+    def store(self) -> Path:
+        return self.cache / "store"
+
+    @property
+    def generations(self) -> Path:
+        return self.root / "generations"
+
+    @property
+    def marker(self) -> Path:
+        return self.root / ROOT_MARKER
+
+    @property
+    def lock(self) -> Path:
+        return self.root / LOCK_NAME
+
+
+def user_data_dir(environ: Mapping[str, str]) -> Path:
+    if sys.platform == "win32":
+        return Path(environ.get("LOCALAPPDATA") or Path.home() / "AppData" / "Local") / "kvenv"
+    if sys.platform == "darwin":
+        return Path.home() / "Library" / "Application Support" / "kvenv"
+    xdg = environ.get("XDG_DATA_HOME")
+    return (Path(xdg) if xdg else Path.home() / ".local" / "share") / "kvenv"
+
+
+def _absolute(path: str | Path) -> Path:
+    return Path(os.path.abspath(Path(path).expanduser()))
+
+
+def resolve_locations(
+    profile: Profile,
+    *,
+    root: str | Path | None = None,
+    cache: str | Path | None = None,
+    environ: Mapping[str, str] | None = None,
+) -> Locations:
+    env = os.environ if environ is None else environ
+    chosen_root = root or env.get(ENV_ROOT) or profile.paths.root
+    if chosen_root:
+        root_path = _absolute(chosen_root)
+    else:
+        root_path = user_data_dir(env) / "runtimes" / profile.name
+    chosen_cache = cache or env.get(ENV_CACHE) or profile.paths.cache
+    if chosen_cache:
+        cache_path = _absolute(chosen_cache)
+    else:
+        from kvenv.lock.cache import default_cache_dir
+
+        cache_path = _absolute(default_cache_dir())
+    return Locations(root_path, cache_path)

@@ -1,0 +1,174 @@
+"""A small project for apply tests: real wheels, a profile, a kvenv lock, and a fake host whose
+site-packages holds a "torch" (the protected package) and an old "helper" the overlay shadows."""
+
+from __future__ import annotations
+
+import hashlib
+import platform
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+import attrs
+
+from kvenv.locations import Locations
+from kvenv.plan import LockInput, read_lock_input
+from kvenv.profiles import LoadedProfile, load_profile
+from kvenv.snapshot import HostSnapshot, snapshot_from_dict
+from tests.support.wheels import build_wheel
+
+REVISION = "0123456789abcdef0123456789abcdef01234567"
+REPO = "owner/native-wheels"
+
+
+def sha256_of(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+@attrs.frozen
+class Project:
+    dir: Path
+    name: str
+    native: Path
+    overlay: tuple[Path, ...]
+
+    @property
+    def profile_path(self) -> Path:
+        return self.dir / "profiles" / f"{self.name}.toml"
+
+    @property
+    def lock_path(self) -> Path:
+        return self.dir / "locks" / f"pylock.{self.name}.toml"
+
+    def loaded(self) -> LoadedProfile:
+        return load_profile(str(self.profile_path))
+
+    def lock(self) -> LockInput:
+        return read_lock_input(self.lock_path)
+
+
+def native_wheel(directory: Path, version: str = "1.0") -> Path:
+    files = {
+        "nativepkg/__init__.py": (
+            f"VERSION = {version!r}\n"
+            "def main():\n    import helper\n    print('native', VERSION, helper.V)\n"
+        )
+    }
+    return build_wheel(
+        directory,
+        "nativepkg",
+        version,
+        requires=["helper>=2"],
+        files=files,
+        entry_points={"nativecli": "nativepkg:main"},
+    )
+
+
+def helper_wheel(directory: Path, version: str = "2.0") -> Path:
+    files = {
+        "helper/__init__.py": f"V = 'helper-{version}'\n",
+        "helper_extra.pth": "import os; os.environ['HELPER_PTH'] = 'ran'\nhelper_sub\n",
+        "helper_sub/sub_mod.py": "X = 1\n",
+    }
+    return build_wheel(directory, "helper", version, files=files)
+
+
+def write_project(
+    directory: Path,
+    *,
+    native: Path,
+    overlay: Sequence[Path],
+    name: str = "t",
+    source: str = "path",
+    env: dict[str, str] | None = None,
+    target: str = "",
+) -> Project:
+    """Write ``profiles/<name>.toml`` and ``locks/pylock.<name>.toml`` for these wheels."""
+    (directory / "profiles").mkdir(parents=True, exist_ok=True)
+    (directory / "locks").mkdir(parents=True, exist_ok=True)
+    if source == "path":
+        rel = native.relative_to(directory)
+        source_toml = f'kind = "path"\npath = "{rel}"\n'
+    else:
+        source_toml = (
+            f'kind = "hf"\nrepo = "{REPO}"\nrevision = "{REVISION}"\nfilename = "{native.name}"\n'
+        )
+    env_toml = "".join(f'{k} = "{v}"\n' for k, v in (env or {}).items())
+    native_version = native.name.split("-")[1]
+    profile = (
+        f'schema = 1\nname = "{name}"\n{target}\n'
+        f'[native]\nname = "nativepkg"\nversion = "{native_version}"\n'
+        f'sha256 = "{sha256_of(native)}"\nsize = {native.stat().st_size}\n'
+        f"[native.source]\n{source_toml}"
+        f"[runtime.env]\n{env_toml}"
+    )
+    (directory / "profiles" / f"{name}.toml").write_text(profile)
+    packages = ""
+    for wheel in overlay:
+        dist, version = wheel.name.split("-")[:2]
+        packages += (
+            f'[[packages]]\nname = "{dist}"\nversion = "{version}"\n'
+            f'[[packages.wheels]]\nname = "{wheel.name}"\n'
+            f'path = "{Path("..") / wheel.relative_to(directory)}"\n'
+            f'size = {wheel.stat().st_size}\nhashes = {{sha256 = "{sha256_of(wheel)}"}}\n\n'
+        )
+    lock = (
+        f'lock-version = "1.0"\ncreated-by = "tests"\n\n{packages}'
+        f'[tool.kvenv]\nschema = 1\nprofile = "{name}"\nprofile-digest = "sha256:tests"\n'
+        f'target = "host"\nprotected = ["torch", "torchvision", "torchaudio"]\n'
+        f'[tool.kvenv.native]\nname = "nativepkg"\nversion = "{native_version}"\n'
+        f'sha256 = "{sha256_of(native)}"\n'
+    )
+    (directory / "locks" / f"pylock.{name}.toml").write_text(lock)
+    return Project(directory, name, native, tuple(overlay))
+
+
+def standard_project(directory: Path, *, source: str = "path") -> Project:
+    wheels = directory / "wheels"
+    return write_project(
+        directory,
+        native=native_wheel(wheels),
+        overlay=[helper_wheel(wheels)],
+        env={"DEMO_VAR": "it's here"},
+        source=source,
+    )
+
+
+def fake_host_site(directory: Path, torch_version: str = "2.10.0") -> Path:
+    """A site dir playing the host's site-packages: torch (protected) and an old helper."""
+    site = directory / "host-site"
+    (site / "torch").mkdir(parents=True, exist_ok=True)
+    (site / "torch" / "__init__.py").write_text(f"__version__ = {torch_version!r}\n")
+    (site / "torch" / "lib").mkdir(exist_ok=True)
+    info = site / f"torch-{torch_version}.dist-info"
+    info.mkdir(exist_ok=True)
+    (info / "METADATA").write_text(
+        f"Metadata-Version: 2.1\nName: torch\nVersion: {torch_version}\n"
+    )
+    (site / "helper").mkdir(exist_ok=True)
+    (site / "helper" / "__init__.py").write_text("V = 'helper-host-1.0'\n")
+    return site
+
+
+def host_snapshot(site: Path, torch_version: str = "2.10.0") -> HostSnapshot:
+    minor = sys.version_info.minor
+    data = {
+        "schema": 1,
+        "python": {
+            "version": platform.python_version(),
+            "implementation": "cpython",
+            "abi": f"cp3{minor}",
+            "executable": sys.executable,
+        },
+        "platform": {"os": "linux", "machine": platform.machine(), "libc": "glibc"},
+        "distributions": [
+            {"name": "torch", "version": torch_version, "location": str(site)},
+            {"name": "helper", "version": "1.0", "location": str(site)},
+        ],
+        "torch": {"version": torch_version, "location": str(site / "torch")},
+    }
+    return snapshot_from_dict(data)
+
+
+def locations(directory: Path) -> Locations:
+    return Locations(root=directory / "root", cache=directory / "cache")
