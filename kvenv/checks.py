@@ -122,6 +122,11 @@ def _identity(c: _Checker, target: Target, host: HostSnapshot) -> Iterator[Findi
         host.python.implementation,
         "use a profile for this interpreter",
     )
+    if target.pure:
+        yield c.ok("Python ABI", f"{host.python.abi or 'any'} (pure-Python target: any ABI)")
+        yield c.ok("operating system", f"{host.platform.os} (pure-Python target: any)")
+        yield c.ok("machine", f"{host.platform.machine} (pure-Python target: any)")
+        return
     yield c.hard(
         "Python ABI",
         target.abi,
@@ -139,7 +144,17 @@ def _identity(c: _Checker, target: Target, host: HostSnapshot) -> Iterator[Findi
 
 def _python_and_libc(c: _Checker, target: Target, host: HostSnapshot) -> Iterator[Finding]:
     actual = host.python.version
-    if _same_release(actual, target.python):
+    if target.pure:
+        if _at_least(actual, target.python):
+            yield c.ok("Python version", f"{actual} (at least {target.python})")
+        else:
+            yield c.hard(
+                "Python version",
+                f">= {target.python}",
+                actual,
+                f"use Python {target.python} or newer",
+            )
+    elif _same_release(actual, target.python):
         yield c.ok("Python version", actual)
     else:
         yield c.bad(

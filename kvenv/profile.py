@@ -31,6 +31,7 @@ from kvenv.fields import (
 )
 
 SCHEMA_VERSION = 1
+PURE_ABI = "none"  # target.abi for a pure-Python target: any CPython >= target.python
 DEFAULT_PROTECTED: tuple[str, ...] = ("torch", "torchvision", "torchaudio")
 
 Implementation = Literal["cpython", "pypy"]
@@ -49,7 +50,12 @@ class Gpu:
 
 @attrs.frozen
 class Target:
-    """The machine the overlay is for, which need not be the machine kvenv runs on."""
+    """The machine the overlay is for, which need not be the machine kvenv runs on.
+
+    ``abi = "none"`` declares a pure-Python target: every wheel must be ``*-none-any``,
+    ``python`` is the minimum version (markers are evaluated at it), and any interpreter
+    ABI, OS and machine of that implementation qualifies.
+    """
 
     python: PythonVersion
     abi: NonEmpty
@@ -61,6 +67,11 @@ class Target:
     gpu: Gpu | None = None
     driver_min: DottedVersion | None = None
     cuda: DottedVersion | None = None
+
+    @property
+    def pure(self) -> bool:
+        """Whether this is a pure-Python target (``abi = "none"``)."""
+        return self.abi == PURE_ABI
 
     @property
     def python_version(self) -> str:

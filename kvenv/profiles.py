@@ -321,13 +321,13 @@ def check_profile(profile: Profile, *, file: str | None = None) -> list[Problem]
         if name in waived[:index]:
             add(f"$.host.waivers[{index}].name", f"{name!r} is waived twice", "waive it once")
     target = profile.target
-    if target is not None and target.implementation == "cpython":
+    if target is not None and target.implementation == "cpython" and not target.pure:
         want = "cp" + target.python_version.replace(".", "")
         if target.abi != want and not target.abi.startswith(want):
             add(
                 "$.target.abi",
                 f"ABI {target.abi!r} does not match Python {target.python}",
-                f"use {want!r}",
+                f"use {want!r} (or 'none' for a pure-Python target)",
             )
     if target is not None and target.gpu is not None:
         tp = profile.runtime.tensor_parallel_size

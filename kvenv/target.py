@@ -28,7 +28,7 @@ from packaging.utils import InvalidWheelFilename, parse_wheel_filename
 from packaging.version import InvalidVersion
 
 from kvenv.errors import InputError, Problem
-from kvenv.profile import Target
+from kvenv.profile import PURE_ABI, Target
 
 _SYS_PLATFORM = {"linux": "linux", "darwin": "darwin", "windows": "win32"}
 _PLATFORM_SYSTEM = {"linux": "Linux", "darwin": "Darwin", "windows": "Windows"}
@@ -86,6 +86,11 @@ class TargetEnv:
         )
 
     @property
+    def pure(self) -> bool:
+        """A pure-Python target: ``*-none-any`` wheels, ``python`` is the minimum version."""
+        return self.abi == PURE_ABI
+
+    @property
     def python_version(self) -> str:
         return ".".join(self.python_full_version.split(".")[:2])
 
@@ -133,6 +138,9 @@ class TargetEnv:
     @cached_property
     def _tags(self) -> tuple[Tag, ...]:
         version = self.python_tuple
+        if self.pure:
+            pure = compatible_tags(version, None, ["any"])
+            return tuple(dict.fromkeys(t for t in pure if t.abi == "none"))
         if self.implementation == "cpython":
             tags = list(cpython_tags(version, [self.abi], self.platforms))
         else:
@@ -167,6 +175,11 @@ class TargetEnv:
     def environment_marker(self) -> str:
         """The PEP 751 ``environments`` entry describing this target."""
         env = self._markers
+        if self.pure:
+            return (
+                f'implementation_name == "{env["implementation_name"]}" '
+                f'and python_full_version >= "{self.python_full_version}"'
+            )
         return (
             f'sys_platform == "{env["sys_platform"]}" '
             f'and platform_machine == "{env["platform_machine"]}" '
@@ -176,15 +189,21 @@ class TargetEnv:
 
     def requires_python(self) -> str:
         """The PEP 751 ``requires-python`` for this target: its exact ``major.minor``."""
+        if self.pure:
+            return f">={self.python_full_version}"
         return f"=={self.python_version}.*"
 
     def describe(self) -> str:
+        if self.pure:
+            return f"{self.implementation} >= {self.python_full_version} (pure Python)"
         first = self.platforms[0] if self.platforms else "any"
         return f"{self.implementation} {self.python_full_version} ({self.abi}, {first})"
 
 
 def _default_platforms(target: Target, file: str | None) -> Sequence[str]:
     machine = target.machine
+    if target.pure:
+        return ["any"]
     if target.os == "linux":
         out: list[str] = []
         if target.glibc:
