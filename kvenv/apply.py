@@ -299,6 +299,12 @@ def plan_apply(
 def _refuse_incompatible(plan: Plan) -> None:
     if plan.compatible:
         return
+    if all(f.check.startswith("lock ") for f in plan.errors):
+        raise ConflictError(
+            f"the lock does not match profile {plan.profile}",
+            problems=[Problem(f.message, fix=f.fix) for f in plan.errors],
+            hint=f"nothing was changed; run `kvenv lock {plan.profile}` (see `kvenv plan`)",
+        )
     raise ConflictError(
         f"profile {plan.profile} does not fit this host",
         problems=[Problem(f.message, fix=f.fix) for f in plan.errors],
@@ -325,9 +331,10 @@ def apply(
 ) -> ApplyResult:
     """Apply ``loaded`` (with ``lock``) onto ``host`` under ``locations``."""
     root = locations.root
+    # Plan (and refuse) before anything is written: a refused apply creates no root.
+    plan = plan_apply(loaded, lock, host, locations, strict=strict, recorded=recorded)
+    _refuse_incompatible(plan)
     if dry_run:
-        plan = plan_apply(loaded, lock, host, locations, strict=strict, recorded=recorded)
-        _refuse_incompatible(plan)
         return ApplyResult("dry-run", plan, str(root), plan.current_generation, None)
     claim_root(root)
     with RootLock(locations, wait=wait, on_wait=on_wait):

@@ -21,9 +21,10 @@ import attrs
 from packaging.markers import Environment
 from packaging.pylock import PackageWheel, Pylock, PylockSelectError
 from packaging.tags import Tag
-from packaging.utils import canonicalize_name, parse_wheel_filename
+from packaging.utils import InvalidWheelFilename, canonicalize_name, parse_wheel_filename
+from packaging.version import InvalidVersion, Version
 
-from kvenv.errors import ConflictError, LockError, Problem, ProfileError
+from kvenv.errors import ConflictError, IntegrityError, LockError, Problem, ProfileError
 from kvenv.lock import LockFile, parse_lock, read_lock
 from kvenv.profile import HfSource, IndexSource, PathSource, UrlSource
 from kvenv.profiles import LoadedProfile
@@ -52,6 +53,7 @@ class Artifact:
     role: Role
     source: ArtifactSource
     index_fallback: bool = False
+    declared_in: str | None = None  # the profile file that pins a native wheel
 
     @property
     def label(self) -> str:
@@ -154,7 +156,7 @@ def native_artifact(loaded: LoadedProfile) -> Artifact | None:
         filename, resolved = path.name, path
     else:
         filename, resolved = source.filename, source
-    return Artifact(
+    artifact = Artifact(
         name=native.name,
         version=native.version,
         filename=filename,
@@ -162,6 +164,80 @@ def native_artifact(loaded: LoadedProfile) -> Artifact | None:
         size=native.size,
         role="native",
         source=resolved,
+        declared_in=str(loaded.path),
+    )
+    if filename is not None:
+        check_identity(artifact, *_filename_identity(filename, artifact), seen_in=filename)
+    return artifact
+
+
+def _filename_identity(filename: str, artifact: Artifact) -> tuple[str, str]:
+    try:
+        name, version, _, _ = parse_wheel_filename(filename)
+    except InvalidWheelFilename as exc:
+        raise ProfileError(
+            f"the native wheel's file name {filename!r} is not a wheel file name",
+            problems=[Problem(str(exc), file=artifact.declared_in, path="$.native.source")],
+        ) from None
+    return str(name), str(version)
+
+
+def check_identity(artifact: Artifact, name: str, version: str, *, seen_in: str) -> None:
+    """Refuse a native wheel whose name or version (from its file name, or its METADATA)
+    is not the profile's ``native.name``/``native.version``."""
+    problems = []
+    if canonicalize_name(name) != canonicalize_name(artifact.name):
+        problems.append(
+            Problem(
+                f"the profile declares {artifact.name!r}, but {seen_in} is {name!r}",
+                file=artifact.declared_in,
+                path="$.native.name",
+                fix=f"set native.name to {name!r}, or pin the wheel you meant",
+            )
+        )
+    if not _same_version(version, artifact.version):
+        problems.append(
+            Problem(
+                f"the profile declares version {artifact.version}, but {seen_in} is {version}",
+                file=artifact.declared_in,
+                path="$.native.version",
+                fix=f"set native.version to {version!r}, or pin the wheel you meant",
+            )
+        )
+    if problems:
+        raise ProfileError(
+            "the native wheel is not the one the profile declares", problems=problems
+        )
+
+
+def _same_version(a: str, b: str) -> bool:
+    try:
+        return Version(a) == Version(b)
+    except InvalidVersion:
+        return a == b
+
+
+def verify_wheel_identity(artifact: Artifact, path: Path) -> None:
+    """Hold a fetched native wheel's METADATA ``Name``/``Version`` against the profile."""
+    import zipfile
+    from email.parser import HeaderParser
+
+    label = f"the METADATA of {artifact.label}"
+    try:
+        with zipfile.ZipFile(path) as archive:
+            names = [
+                n
+                for n in archive.namelist()
+                if n.count("/") == 1 and n.endswith(".dist-info/METADATA")
+            ]
+            if len(names) != 1:
+                raise IntegrityError(f"{artifact.label} has no single .dist-info/METADATA")
+            text = archive.read(names[0]).decode("utf-8", errors="replace")
+    except (OSError, zipfile.BadZipFile) as exc:
+        raise IntegrityError(f"{artifact.label} is not a readable wheel: {exc}") from None
+    headers = HeaderParser().parsestr(text)
+    check_identity(
+        artifact, str(headers.get("Name", "")), str(headers.get("Version", "")), seen_in=label
     )
 
 

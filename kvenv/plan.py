@@ -189,6 +189,74 @@ def _native_tag_finding(loaded: LoadedProfile, filename: str | None) -> PlanFind
     )
 
 
+RELOCK = "run `kvenv lock`"
+
+
+def lock_findings(
+    loaded: LoadedProfile, lockfile: Any, recorded: HostSnapshot | None, *, strict: bool = False
+) -> list[PlanFinding]:
+    """The lock's ``[tool.kvenv]`` held against the profile: its protected set must cover the
+    profile's, its native identity must be the profile's (errors), and its profile and
+    host-snapshot digests must be current (a warning, an error under ``strict``)."""
+    from kvenv.lock.check import digest_staleness
+
+    table = lockfile.kvenv
+    file = str(lockfile.path)
+    out: list[PlanFinding] = []
+    profile = loaded.profile
+    wanted = {canonicalize_name(n) for n in profile.host.protected}
+    missing = sorted(wanted - {canonicalize_name(n) for n in table.protected})
+    if missing:
+        out.append(
+            PlanFinding(
+                "lock protected",
+                "error",
+                f"lock protected: {file} does not protect {', '.join(missing)}, which the "
+                "profile protects (the lock was made for another profile)",
+                RELOCK,
+            )
+        )
+    else:
+        out.append(PlanFinding("lock protected", "pass", "lock protected: covers the profile's"))
+    native = profile.native
+    if native is not None:
+        differs = [
+            f"{field} {getattr(table.native, field)} (profile: {getattr(native, field)})"
+            for field, same in (
+                ("name", canonicalize_name(table.native.name) == canonicalize_name(native.name)),
+                ("version", table.native.version == native.version),
+                ("sha256", table.native.sha256 == native.sha256),
+            )
+            if not same
+        ]
+        if differs:
+            out.append(
+                PlanFinding(
+                    "lock native",
+                    "error",
+                    f"lock native: the lock was made for another native wheel ({file}: "
+                    f"$.tool.kvenv.native {'; '.join(differs)})",
+                    RELOCK,
+                )
+            )
+        else:
+            out.append(PlanFinding("lock native", "pass", "lock native: the profile's wheel"))
+    stale = digest_staleness(loaded, lockfile, recorded)
+    if stale:
+        out.append(
+            PlanFinding(
+                "lock current",
+                "error" if strict else "warning",
+                "lock current: lock is stale (the profile changed since it was locked): "
+                + "; ".join(stale),
+                RELOCK,
+            )
+        )
+    else:
+        out.append(PlanFinding("lock current", "pass", "lock current: digests match"))
+    return out
+
+
 def make_plan(
     loaded: LoadedProfile,
     lock: LockInput | None,
@@ -212,6 +280,8 @@ def make_plan(
     tag = _native_tag_finding(effective, native.filename if native else None)
     if tag is not None:
         findings.append(tag)
+    if lock is not None:
+        findings.extend(lock_findings(loaded, lock.lockfile, recorded, strict=strict))
     compatible = not any(f.status == "error" for f in findings)
     lock_digest = lock.digest if lock else None
     up_to_date = current is not None and current.matches(

@@ -179,8 +179,9 @@ url = "https://x.invalid/z.whl"
 hashes = { sha512 = "00" }
 """
     loaded = _project(tmp_path / "c", hub_server, extra_packages=sha512)
-    with pytest.raises(LockError, match="no sha256"):
+    with pytest.raises(LockError, match="invalid lock") as info:
         artifacts_for(loaded, loaded.lock_path)
+    assert ".wheels[0].hashes: the wheel has no sha256 hash" in info.value.render()
 
 
 def test_bundle_then_offline_fetch_from_it(hub_server: HubServer, tmp_path: Path) -> None:

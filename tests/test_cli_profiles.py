@@ -43,10 +43,11 @@ def test_profiles_lists_name_origin_description(
     code, out, _ = run(capsys, "profiles")
     assert code == 0
     lines = {line.split()[0]: line for line in out.splitlines()}
-    assert set(lines) == {"broken", "lab", DEFAULT_PROFILE}
+    assert set(lines) == {"broken", "lab", "demo", DEFAULT_PROFILE}
     assert "project" in lines["lab"] and "the lab box" in lines["lab"]
     assert "builtin" in lines[DEFAULT_PROFILE] and "Kaggle notebook" in lines[DEFAULT_PROFILE]
     assert "invalid" in lines["broken"]
+    assert "builtin" in lines["demo"]
 
 
 def test_profiles_json(project: Path, capsys: pytest.CaptureFixture[str]) -> None:

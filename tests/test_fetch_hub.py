@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 
 import attrs
@@ -231,3 +232,24 @@ def test_endpoint_must_be_https_outside_the_test_seam(
     artifact = Artifact("a", "1", "a-1-py3-none-any.whl", "1" * 64, None, "native", source)
     with pytest.raises(FetchError, match=r"HF_ENDPOINT.*only https"):
         fetch_all([artifact], cache=tmp_path / "cache")
+
+
+def test_a_dropped_connection_gives_one_message_not_the_clients_retries(
+    hub_server: HubServer,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capfd: pytest.CaptureFixture[str],
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    monkeypatch.setattr(huggingface_hub.file_download.time, "sleep", lambda _: None)
+    logger = logging.getLogger("huggingface_hub")
+    level = logger.level
+    artifact, _ = _native(tmp_path, hub_server)
+    assert artifact.filename is not None
+    hub_server.tamper(artifact.filename, "short")
+    with caplog.at_level(logging.WARNING), pytest.raises(FetchError):
+        fetch_all([artifact], cache=tmp_path / "cache")
+    assert hub_server.count("GET") > 1  # the client did retry, quietly
+    assert not [r for r in caplog.records if r.name.startswith("huggingface_hub")]
+    assert "resume" not in capfd.readouterr().err
+    assert logger.level == level  # restored

@@ -204,11 +204,6 @@ def test_hostile_lock_is_refused(tmp_path: Path, case: str) -> None:
     _assert_nothing_written(tmp_path, before)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="reported: kvenv.lock.read_lock accepts an uppercase wheel sha256 (fetch lowercases "
-    "it); profiles refuse the same value",
-)
 def test_uppercase_lock_hash_is_refused(tmp_path: Path) -> None:
     project = _project(tmp_path)
     digest = sha256_of(project.overlay[0])

@@ -299,7 +299,8 @@ def test_early_exit_reports_the_log_tail_without_the_key(
     assert "CUDA out of memory" in text
     assert "api_key=***" in text
     assert KEY not in text
-    assert KEY in log.read_text()  # the log itself is vLLM's; kvenv never repeats the key
+    log_text = log.read_text()
+    assert KEY not in log_text and "api_key=***" in log_text  # masked by the supervisor
 
 
 def test_503_until_timeout(profile: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -512,3 +513,26 @@ def test_cli_missing_executable(
     )
     assert code == 2
     assert "kvenv apply" in capsys.readouterr().err
+
+
+def test_cli_foreground_keeps_a_masked_log_by_default(
+    profile: str,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    fake_exe: str,
+    capfd: pytest.CaptureFixture[str],
+) -> None:
+    monkeypatch.setenv("FAKE_VLLM_MODE", "exit")
+    monkeypatch.setenv("FAKE_VLLM_LEAK", "1")
+    monkeypatch.setenv("FAKE_VLLM_DELAY", "0")
+    monkeypatch.setenv("MY_KEY", KEY)
+    monkeypatch.chdir(tmp_path)
+    port = _free_port()
+    args = ["serve", "org/model", "--profile", profile, "--vllm", fake_exe, "--port", str(port)]
+    assert main([*args, "--public", "--api-key-env", "MY_KEY"]) == 3
+    log = tmp_path / f"kvenv-serve-{port}.log"
+    captured = capfd.readouterr()
+    assert str(log) in captured.err
+    assert "CUDA out of memory" in captured.out  # echoed to the terminal, masked too
+    assert "api_key=***" in log.read_text() and "CUDA out of memory" in log.read_text()
+    assert KEY not in log.read_text() + captured.out + captured.err

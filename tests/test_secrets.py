@@ -17,8 +17,6 @@ from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-import pytest
-
 from tests.fake_vllm.checkpoints import make_tp_checkpoint
 from tests.support.applyenv import REPO, locations, standard_project
 from tests.support.hardening import kvenv_argv, kvenv_env
@@ -157,11 +155,6 @@ def test_no_command_leaks_a_secret(tmp_path: Path, hub_server: HubServer) -> Non
     assert hub_server.count("GET") >= 1 and any(s.had_auth for s in hub_server.requests)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="reported: `kvenv serve --wait --log FILE` copies the server's output verbatim, so "
-    "a key the server prints lands in the log (kvenv's own messages are redacted)",
-)
 def test_serve_log_is_redacted(tmp_path: Path) -> None:
     ckpt = make_tp_checkpoint(tmp_path / "ckpt", 1)
     exe = _fake_vllm(tmp_path)

@@ -111,9 +111,14 @@ def _check(args: argparse.Namespace, loaded: Any) -> int:
     if args.json:
         emit_json(report.to_json())
         return 0 if report.ok else 1
+    for reason in report.skipped:
+        err(f"skipped: {reason}")
     if report.ok:
         count = len(lock.pylock.packages)
-        out(f"ok: {path} is valid, complete and current ({count} packages)")
+        if report.skipped:
+            out(f"ok: {path} is valid and current ({count} packages); target checks skipped")
+        else:
+            out(f"ok: {path} is valid, complete and current ({count} packages)")
         return 0
     raise CheckFailed(
         f"lock check failed: {path}",

@@ -51,7 +51,8 @@ def register(sub: Any) -> None:
         description="Start `vllm serve MODEL` with the profile's runtime defaults. Binds "
         "127.0.0.1 unless --public (which needs --api-key-env). Arguments after `--` go to "
         "vLLM unchanged. Without --wait the server runs in the foreground and its exit code "
-        "is returned; with --wait kvenv returns once /health answers 200 and leaves it running.",
+        "is returned; with --wait kvenv returns once /health answers 200 and leaves it running. "
+        "Its output always goes to a log file (the API key masked as ***).",
     )
     serve.add_argument("model", help="model name or directory")
     serve.add_argument(
@@ -99,7 +100,7 @@ def register(sub: Any) -> None:
     serve.add_argument(
         "--log",
         metavar="FILE",
-        help="server log file (default with --wait: ./kvenv-serve-PORT.log)",
+        help="server log file, API key masked (default: ./kvenv-serve-PORT.log)",
     )
     serve.add_argument("--vllm", metavar="EXE", default="vllm", help="the vllm executable")
     serve.add_argument(
@@ -247,21 +248,20 @@ def run_serve(args: argparse.Namespace) -> int:
                 out(f"# env {key}={value}")
             out(render_command(config))
         return EXIT_OK
-    log = args.log
-    if args.wait and log is None:
-        log = default_log_path(config)
+    log = args.log if args.log is not None else default_log_path(config)
     server = start_server(
         config,
         wait=args.wait,
         timeout=args.timeout,
         log=log,
         validate_gpus=not args.no_gpu_check,
+        echo=not args.wait,
     )
     if args.wait:
         out(f"ready: {server.url} (pid {server.pid}, log {server.log_path})")
         out(f"stop it with: kill -TERM -- -{server.pid}")
         return EXIT_OK
-    err(f"kvenv: serving {config.model} at {server.url} (pid {server.pid})")
+    err(f"kvenv: serving {config.model} at {server.url} (pid {server.pid}, log {server.log_path})")
     try:
         code: int = server.wait()
     except KeyboardInterrupt:

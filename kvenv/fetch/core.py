@@ -10,7 +10,7 @@ from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import FIRST_EXCEPTION, Future, ThreadPoolExecutor, wait
 from pathlib import Path
 
-from kvenv.artifacts import Artifact, url_filename
+from kvenv.artifacts import Artifact, url_filename, verify_wheel_identity
 from kvenv.errors import FetchError, IntegrityError, KvenvError, Problem, UsageError
 from kvenv.fetch import http
 from kvenv.fetch.cache import ArtifactCache
@@ -87,6 +87,9 @@ def fetch_all(
             timeout=timeout,
         )
     )
+    for artifact in wanted:
+        if artifact.role == "native":  # the declared identity, before anything is installed
+            verify_wheel_identity(artifact, results[artifact.sha256])
     return results
 
 

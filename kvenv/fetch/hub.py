@@ -15,14 +15,19 @@ the caller hashes the file, checks sha256 and size, and only then moves it into 
   network down) is a :class:`FetchError` naming the repository, revision and file, with the
   https resolve URL in the hint. Retrying the same server through another client would only
   hide the real cause.
-- Progress goes to kvenv's callback; the Hub client prints no progress bar.
+- Progress goes to kvenv's callback; the Hub client prints no progress bar and, while kvenv
+  downloads, logs nothing (its logger is set to ERROR and its progress bars are disabled, both
+  restored when the last concurrent download ends): a dropped connection gives kvenv's one
+  :class:`FetchError`, not the client's "Trying to resume download..." lines first.
 """
 
 from __future__ import annotations
 
+import contextlib
+import logging
 import os
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from types import TracebackType
 from typing import Any
@@ -114,16 +119,17 @@ def download_hf(
         ) from None
     bar = _bar_class(cancel, progress)
     try:
-        path = huggingface_hub.hf_hub_download(
-            repo_id=source.repo,
-            filename=source.filename,
-            revision=source.revision,
-            repo_type=source.repo_type,
-            local_dir=directory,
-            cache_dir=directory / ".hf-cache",
-            endpoint=endpoint,
-            tqdm_class=bar,
-        )
+        with _quiet_hub():
+            path = huggingface_hub.hf_hub_download(
+                repo_id=source.repo,
+                filename=source.filename,
+                revision=source.revision,
+                repo_type=source.repo_type,
+                local_dir=directory,
+                cache_dir=directory / ".hf-cache",
+                endpoint=endpoint,
+                tqdm_class=bar,
+            )
     except FetchError:
         raise
     except Exception as exc:
@@ -133,6 +139,45 @@ def download_hf(
             + resolve_url(source, endpoint),
         ) from None
     return Path(str(path))
+
+
+_quiet_lock = threading.Lock()
+_quiet_depth = 0
+_quiet_saved: tuple[int, bool] = (logging.NOTSET, False)
+
+
+@contextlib.contextmanager
+def _quiet_hub() -> Iterator[None]:
+    """Silence ``huggingface_hub``'s own logging and progress bars while kvenv downloads.
+    Downloads run in threads: the first one in saves and silences, the last one out restores."""
+    global _quiet_depth, _quiet_saved
+    from huggingface_hub import constants
+    from huggingface_hub.utils.tqdm import (
+        are_progress_bars_disabled,
+        disable_progress_bars,
+        enable_progress_bars,
+    )
+
+    logger = logging.getLogger("huggingface_hub")
+    # HF_HUB_DISABLE_PROGRESS_BARS set either way wins over the switch (and warns if flipped).
+    fixed = constants.HF_HUB_DISABLE_PROGRESS_BARS is not None
+    with _quiet_lock:
+        if _quiet_depth == 0:
+            _quiet_saved = (logger.level, fixed or are_progress_bars_disabled())
+            logger.setLevel(logging.ERROR)
+            if not _quiet_saved[1]:
+                disable_progress_bars()
+        _quiet_depth += 1
+    try:
+        yield
+    finally:
+        with _quiet_lock:
+            _quiet_depth -= 1
+            if _quiet_depth == 0:
+                level, disabled = _quiet_saved
+                logger.setLevel(level)
+                if not disabled:
+                    enable_progress_bars()
 
 
 def _explain(exc: BaseException) -> str:

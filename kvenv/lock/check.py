@@ -38,6 +38,7 @@ class CheckReport:
     lock: str
     problems: tuple[Problem, ...] = ()
     stale: tuple[str, ...] = ()
+    skipped: tuple[str, ...] = ()
 
     @property
     def ok(self) -> bool:
@@ -48,6 +49,7 @@ class CheckReport:
             "lock": self.lock,
             "ok": self.ok,
             "stale": list(self.stale),
+            "skipped": list(self.skipped),
             "problems": [p.to_json() for p in self.problems],
         }
 
@@ -60,10 +62,15 @@ def check_lock(loaded: LoadedProfile, lock: LockFile, host: HostSnapshot | None)
     def add(path: str, message: str, fix: str | None = None) -> None:
         problems.append(Problem(message, file=file, path=path, fix=fix))
 
-    if profile.target is None:
-        add("$", f"profile {profile.name} has no [target]", "add a [target] table")
-        return CheckReport(file, tuple(problems))
-    target = TargetEnv.from_profile_target(profile.target, file=str(loaded.path))
+    target = None
+    skipped: tuple[str, ...] = ()
+    if profile.target is not None:
+        target = TargetEnv.from_profile_target(profile.target, file=str(loaded.path))
+    else:
+        skipped = (
+            f"wheel tags, markers and the requirement closure: profile {profile.name} has no "
+            "[target] to evaluate them for (add a [target] table to check them)",
+        )
     protected = {name_key(n) for n in [*profile.host.protected, *lock.kvenv.protected]}
     waived = {name_key(w.name) for w in profile.host.waivers}
 
@@ -77,19 +84,23 @@ def check_lock(loaded: LoadedProfile, lock: LockFile, host: HostSnapshot | None)
         problems.extend(_check_package(package, where, target, file))
         if lock.kvenv.portable:
             problems.extend(_check_portable(package, where, file))
-        if _applies(package, target):
+        if target is not None and _applies(package, target):
             locked[package.name] = package
 
     stale = _staleness(loaded, lock, host, target)
-    problems.extend(_closure(lock, locked, host, target, waived, file))
-    return CheckReport(file, tuple(problems), tuple(stale))
+    if target is not None:
+        problems.extend(_closure(lock, locked, host, target, waived, file))
+    return CheckReport(file, tuple(problems), tuple(stale), skipped)
 
 
 def _applies(package: Package, target: TargetEnv) -> bool:
     return target.evaluate(package.marker) if package.marker is not None else True
 
 
-def _check_package(package: Package, where: str, target: TargetEnv, file: str) -> list[Problem]:
+def _check_package(
+    package: Package, where: str, target: TargetEnv | None, file: str
+) -> list[Problem]:
+    """The package's own fields; with a ``target``, also its marker and wheel tags."""
     out: list[Problem] = []
 
     def add(path: str, message: str, fix: str | None = None) -> None:
@@ -100,7 +111,7 @@ def _check_package(package: Package, where: str, target: TargetEnv, file: str) -
     if not package.wheels:
         add(f"{where}.wheels", f"{package.name} has no wheel (kvenv locks wheels only)", "relock")
         return out
-    if package.marker is not None and not _applies(package, target):
+    if target is not None and package.marker is not None and not _applies(package, target):
         add(
             f"{where}.marker",
             f"{package.name} is not installed on the target: its marker {package.marker} is false",
@@ -110,9 +121,9 @@ def _check_package(package: Package, where: str, target: TargetEnv, file: str) -
     for w_index, wheel in enumerate(package.wheels):
         path = f"{where}.wheels[{w_index}]"
         out.extend(_check_wheel(wheel, path, file))
-        if target.supports_wheel(wheel.filename):
+        if target is None or target.supports_wheel(wheel.filename):
             fits = True
-    if not fits:
+    if target is not None and not fits:
         add(f"{where}.wheels", f"no wheel of {package.name} installs on {target.describe()}")
     return out
 
@@ -242,7 +253,7 @@ def _closure(
 
 
 def _staleness(
-    loaded: LoadedProfile, lock: LockFile, host: HostSnapshot | None, target: TargetEnv
+    loaded: LoadedProfile, lock: LockFile, host: HostSnapshot | None, target: TargetEnv | None
 ) -> list[str]:
     table = lock.kvenv
     profile = loaded.profile
@@ -266,15 +277,36 @@ def _staleness(
     if recorded != current:
         details.append("host.waivers changed")
     envs = [str(m) for m in lock.pylock.environments or []]
-    if envs != [str(Marker(target.environment_marker()))] or table.target != target.describe():
+    if target is not None and (
+        envs != [str(Marker(target.environment_marker()))] or table.target != target.describe()
+    ):
         details.append(f"target {table.target} -> {target.describe()}")
     if details or table.profile_digest != loaded.digest:
         what = "; ".join(details) if details else "other profile fields changed"
         out.append(f"the profile changed since the lock was made ({what})")
-    current_host = snapshot_digest(host) if host is not None else None
-    if table.host_snapshot_digest != current_host:
-        out.append(
-            "the host snapshot changed since the lock was made "
-            f"({table.host_snapshot_digest or 'none'} -> {current_host or 'none'})"
-        )
+    out.extend(host_staleness(lock, host))
     return out
+
+
+def digest_staleness(loaded: LoadedProfile, lock: LockFile, host: HostSnapshot | None) -> list[str]:
+    """Why the lock's recorded digests no longer match: the profile's digest, and the digest of
+    the host snapshot it was resolved against (``host``: the profile's recorded snapshot)."""
+    out: list[str] = []
+    if lock.kvenv.profile_digest != loaded.digest:
+        out.append(
+            f"the profile changed since the lock was made ({lock.kvenv.profile_digest} -> "
+            f"{loaded.digest})"
+        )
+    out.extend(host_staleness(lock, host))
+    return out
+
+
+def host_staleness(lock: LockFile, host: HostSnapshot | None) -> list[str]:
+    recorded = lock.kvenv.host_snapshot_digest
+    current_host = snapshot_digest(host) if host is not None else None
+    if recorded == current_host:
+        return []
+    return [
+        "the host snapshot changed since the lock was made "
+        f"({recorded or 'none'} -> {current_host or 'none'})"
+    ]

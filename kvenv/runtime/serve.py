@@ -13,6 +13,7 @@ import shutil
 import signal
 import socket
 import subprocess
+import sys
 import time
 import urllib.error
 import urllib.request
@@ -25,6 +26,7 @@ from packaging.version import InvalidVersion, Version
 
 from kvenv.errors import CheckFailed, Problem, RuntimeNotReady, UsageError
 from kvenv.fields import EnvName, check
+from kvenv.runtime.logpipe import REDACT_ENV
 
 DEFAULT_PORT = 8000
 DEFAULT_READY_TIMEOUT = 900.0
@@ -368,18 +370,33 @@ class Server:
         *,
         log: str | os.PathLike[str] | None = None,
         environ: Mapping[str, str] | None = None,
+        echo: bool = False,
     ) -> Server:
-        """Start the server in its own session (process group); output goes to ``log``."""
+        """Start the server in its own session (process group).
+
+        With ``log``, the server runs under :mod:`kvenv.runtime.logpipe`, which leads the
+        group, reads the server's output through a pipe and appends it to ``log`` with the API
+        key replaced by ``***`` (and, with ``echo``, copies it to this process's stdout). The
+        supervisor lives as long as the server, so the log keeps filling after this process
+        returns. Without ``log`` the server shares this process's stdout and stderr."""
         env = child_env(config, environ)
         argv = build_argv(config)
-        secrets = tuple(v for v in (env.get(API_KEY_ENV),) if v)
+        names = [n for n in (API_KEY_ENV, config.api_key_env) if n and env.get(n)]
+        secrets = tuple(env[n] for n in names)
         log_path = Path(log) if log is not None else None
         if log_path is None:
             process = _popen(argv, env, None)
         else:
             log_path.parent.mkdir(parents=True, exist_ok=True)
-            with open(log_path, "ab") as handle:  # the child keeps its own copy of the fd
-                process = _popen(argv, env, handle)
+            log_path.touch()
+            env[REDACT_ENV] = ",".join(names)
+            supervisor = [
+                sys.executable or "python3",
+                "-I",
+                str(Path(__file__).with_name("logpipe.py")),
+            ]
+            command = [*supervisor, str(log_path), *(["--echo"] if echo else []), "--", *argv]
+            process = _popen(command, env, None if echo else subprocess.DEVNULL)
         return cls(config, process, log_path, secrets)
 
     def poll(self) -> int | None:
@@ -476,13 +493,15 @@ class Server:
         self.stop()
 
 
-def _popen(argv: list[str], env: dict[str, str], log: IO[bytes] | None) -> subprocess.Popen[bytes]:
+def _popen(
+    argv: list[str], env: dict[str, str], out: IO[bytes] | int | None
+) -> subprocess.Popen[bytes]:
     try:
         return subprocess.Popen(
             argv,
             stdin=subprocess.DEVNULL,
-            stdout=log,
-            stderr=subprocess.STDOUT if log is not None else None,
+            stdout=out,
+            stderr=subprocess.STDOUT if out is not None else None,
             env=env,
             start_new_session=True,
             close_fds=True,
@@ -561,9 +580,11 @@ def start_server(
     log: str | os.PathLike[str] | None = None,
     validate_gpus: bool = True,
     environ: Mapping[str, str] | None = None,
+    echo: bool = False,
 ) -> Server:
     """Validate ``config``, start the server and (``wait``) wait until it is ready. On a failed
-    start the process group is stopped before the error is raised."""
+    start the process group is stopped before the error is raised. ``log`` and ``echo``: see
+    :meth:`Server.start`."""
     validate(config, environ=environ, validate_gpus=validate_gpus)
     if config.load_format == "sharded_state":
         _guard(config)
@@ -573,7 +594,7 @@ def start_server(
             hint="stop what listens there, or pick another --port",
         )
     resolve_executable(config, environ)
-    server = Server.start(config, log=log, environ=environ)
+    server = Server.start(config, log=log, environ=environ, echo=echo)
     if wait:
         try:
             server.wait_ready(timeout=timeout)
