@@ -3,18 +3,29 @@ and ``pip install --target --no-deps``, cold and warm, in one run.
 
 - cold: the wheels were downloaded but never unpacked (kvenv: empty store; uv: empty cache;
   pip has no unpack cache, so it is always cold).
-- warm: the wheels were unpacked before (kvenv: store filled; uv: cache filled); a fresh target.
+- warm: the wheels were unpacked before (kvenv: store filled by the cold run; uv: cache filled
+  by its cold run); a fresh, empty target.
 
-kvenv is measured through the same functions ``kvenv apply`` uses to build a generation's layer
-(:func:`kvenv.store.unpack_all` then :func:`kvenv.store.link_layer`), so fetching and the
-manifest are left out for all three alike.
+Like with like: all three run as a child process from the same wheel files (the page cache is
+warmed once by reading every wheel before the first round), with no dependency resolution
+(``--no-deps``), no bytecode compilation (uv's default; ``--no-compile`` for pip) and no
+network (``--offline`` / ``--no-index``); uv hard-links from its cache (``--link-mode
+hardlink``) as kvenv does from its store. kvenv runs the functions ``kvenv apply`` uses to build
+a generation's layer (:func:`kvenv.store.unpack_all` then :func:`kvenv.store.link_layer`), with
+every safety check on (entries validated before writing, contents checked against RECORD,
+protected names refused); fetching, sha256 verification of the wheel files and the manifest
+are left out, as the other two do none of them either. Wall seconds and CPU seconds (user +
+sys of the child) are recorded for each run; the medians are compared.
 
 Usage::
 
-    python benchmarks/apply.py WHEEL_DIR [--rounds 3] [--out benchmarks/results/apply.json]
+    python benchmarks/apply.py --wheels DIR [--exclude torch --exclude nvidia] [--rounds 3]
+        [--jobs N] [--out benchmarks/results/apply.json]
 
-``WHEEL_DIR`` holds the wheels, e.g. from ``pip download --no-deps --only-binary=:all: -d DIR
-<requirements>`` or the cache of a Kaggle overlay apply.
+``DIR`` holds the wheels, e.g. from ``pip download --no-deps --only-binary=:all: -d DIR
+<requirements>`` or the cache of a Kaggle overlay apply. ``--exclude PREFIX`` leaves out wheels
+whose file name starts with ``PREFIX`` (e.g. the host's torch and the CUDA wheels, to measure
+an overlay only).
 """
 
 from __future__ import annotations
@@ -24,24 +35,42 @@ import hashlib
 import json
 import os
 import platform
+import resource
 import shutil
 import statistics
 import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable
-from functools import partial
 from pathlib import Path
 
-from kvenv.hashing import sha256_file
+_CHILD = """
+import json, sys
+from pathlib import Path
 from kvenv.store import GenerationLayout, link_layer, unpack_all
+spec = json.loads(Path(sys.argv[1]).read_text())
+wheels = {sha: Path(path) for sha, path in spec["wheels"].items()}
+target = Path(spec["target"])
+entries = unpack_all(Path(spec["store"]), wheels, jobs=spec["jobs"])
+site = target / "overlay"
+site.mkdir(parents=True)
+(target / "bin").mkdir()
+layout = GenerationLayout.beside(site)
+link_layer([entries[sha] for sha in wheels], layout, python=sys.executable, jobs=spec["jobs"])
+"""
+
+RUNS = ("kvenv_cold", "kvenv_warm", "uv_cold", "uv_warm", "pip")
 
 
-def _timed(action: Callable[[], object]) -> float:
+def _timed(command: list[str]) -> tuple[float, float]:
+    """Wall and CPU (user + sys) seconds of one child process."""
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
     start = time.perf_counter()
-    action()
-    return time.perf_counter() - start
+    subprocess.run(command, check=True)
+    wall = time.perf_counter() - start
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+    return wall, cpu
 
 
 def _fresh(base: Path, name: str) -> Path:
@@ -51,90 +80,126 @@ def _fresh(base: Path, name: str) -> Path:
     return path
 
 
-def kvenv_install(wheels: dict[str, Path], store: Path, target: Path, jobs: int) -> None:
-    entries = unpack_all(store, wheels, jobs=jobs)
-    site = target / "overlay"
-    site.mkdir(parents=True)
-    (target / "bin").mkdir()
-    link_layer(
-        [entries[sha] for sha in wheels],
-        GenerationLayout.beside(site),
-        python=sys.executable,
-        jobs=jobs,
-    )
+def kvenv_command(wheels: dict[str, Path], store: Path, target: Path, jobs: int) -> list[str]:
+    spec = target.with_suffix(".json")
+    data = {"wheels": {k: str(v) for k, v in wheels.items()}, "store": str(store),
+            "target": str(target), "jobs": jobs}  # fmt: skip
+    spec.write_text(json.dumps(data))
+    return [sys.executable, "-c", _CHILD, str(spec)]
 
 
-def uv_install(files: list[Path], cache: Path, target: Path) -> None:
+def uv_command(files: list[Path], cache: Path, target: Path) -> list[str]:
     uv = shutil.which("uv") or str(Path(sys.executable).with_name("uv"))
-    subprocess.run(
-        [uv, "pip", "install", "--no-deps", "--target", str(target), "--cache-dir", str(cache),
-         "--python", sys.executable, "--offline", "--quiet", *map(str, files)],
-        check=True,
-    )  # fmt: skip
+    return [uv, "pip", "install", "--no-deps", "--target", str(target), "--cache-dir", str(cache),
+            "--python", sys.executable, "--offline", "--link-mode", "hardlink", "--quiet",
+            *map(str, files)]  # fmt: skip
 
 
-def pip_install(files: list[Path], target: Path) -> None:
-    subprocess.run(
-        [sys.executable, "-m", "pip", "install", "--no-deps", "--no-index", "--no-cache-dir",
-         "--disable-pip-version-check", "--quiet", "--no-compile", "--target", str(target),
-         *map(str, files)],
-        check=True,
-    )  # fmt: skip
+def pip_command(files: list[Path], target: Path) -> list[str]:
+    return [sys.executable, "-m", "pip", "install", "--no-deps", "--no-index", "--no-cache-dir",
+            "--disable-pip-version-check", "--quiet", "--no-compile", "--target", str(target),
+            *map(str, files)]  # fmt: skip
+
+
+def _warm_page_cache(files: list[Path]) -> None:
+    for path in files:
+        with path.open("rb") as stream:
+            while stream.read(1 << 24):
+                pass
+
+
+def _sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with path.open("rb") as stream:
+        while chunk := stream.read(1 << 20):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def _tree_size(root: Path) -> tuple[int, int]:
+    count = size = 0
+    for directory, _, names in os.walk(root):
+        for name in names:
+            count += 1
+            size += os.lstat(os.path.join(directory, name)).st_size
+    return count, size
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("wheels", type=Path)
+    parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
+    parser.add_argument("dir", nargs="?", type=Path, help="same as --wheels")
+    parser.add_argument("--wheels", type=Path, help="directory of the wheels to install")
+    parser.add_argument("--exclude", action="append", default=[], metavar="PREFIX")
     parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--no-pip", action="store_true", help="leave pip out (slow on big sets)")
     parser.add_argument("--jobs", type=int, default=os.cpu_count() or 2)
+    parser.add_argument("--tmp", type=Path, help="where stores, caches and targets go")
     parser.add_argument("--out", type=Path, default=Path("benchmarks/results/apply.json"))
     args = parser.parse_args()
-    files = sorted(args.wheels.glob("*.whl"))
+    wheel_dir = args.wheels or args.dir
+    if wheel_dir is None:
+        parser.error("name the wheel directory with --wheels DIR")
+    files = [
+        f for f in sorted(wheel_dir.glob("*.whl")) if not f.name.startswith(tuple(args.exclude))
+    ]
     if not files:
-        parser.error(f"no wheels in {args.wheels}")
-    wheels = {sha256_file(f)[0]: f for f in files}
-    size = sum(f.stat().st_size for f in files)
-    times: dict[str, list[float]] = {k: [] for k in ("kvenv_cold", "kvenv_warm", "uv_cold",
-                                                     "uv_warm", "pip")}  # fmt: skip
-    with tempfile.TemporaryDirectory(prefix="kvenv-bench-") as tmp:
+        parser.error(f"no wheels in {wheel_dir}")
+    wheels = {_sha256(f): f for f in files}
+    _warm_page_cache(files)
+    runs = [r for r in RUNS if not (args.no_pip and r == "pip")]
+    wall: dict[str, list[float]] = {k: [] for k in runs}
+    cpu: dict[str, list[float]] = {k: [] for k in runs}
+    with tempfile.TemporaryDirectory(prefix="kvenv-bench-", dir=args.tmp) as tmp:
         base = Path(tmp)
         for _ in range(args.rounds):
             store, cache = _fresh(base, "store"), _fresh(base, "uvcache")
             k1, k2, u1, u2, p1 = (_fresh(base, n) for n in ("k1", "k2", "u1", "u2", "p1"))
-            runs: dict[str, Callable[[], object]] = {
-                "kvenv_cold": partial(kvenv_install, wheels, store, k1, args.jobs),
-                "kvenv_warm": partial(kvenv_install, wheels, store, k2, args.jobs),
-                "uv_cold": partial(uv_install, files, cache, u1),
-                "uv_warm": partial(uv_install, files, cache, u2),
-                "pip": partial(pip_install, files, p1),
+            commands = {
+                "kvenv_cold": kvenv_command(wheels, store, k1, args.jobs),
+                "kvenv_warm": kvenv_command(wheels, store, k2, args.jobs),
+                "uv_cold": uv_command(files, cache, u1),
+                "uv_warm": uv_command(files, cache, u2),
+                "pip": pip_command(files, p1),
             }
-            for name, run in runs.items():
-                times[name].append(_timed(run))
-        installed = sum(p.stat().st_size for p in (base / "k2").rglob("*") if p.is_file())
-        count = sum(1 for p in (base / "k2").rglob("*") if p.is_file())
-    medians = {k: statistics.median(v) for k, v in times.items()}
+            for name in runs:
+                seconds, cpu_seconds = _timed(commands[name])
+                wall[name].append(seconds)
+                cpu[name].append(cpu_seconds)
+                print(f"{name:11} {seconds:7.2f} s wall {cpu_seconds:7.2f} s cpu", flush=True)
+        count, installed = _tree_size(base / "k2")
+        uv_count, _ = _tree_size(base / "u2")
+    medians = {k: statistics.median(v) for k, v in wall.items()}
+    cpu_medians = {k: statistics.median(v) for k, v in cpu.items()}
+    ratios = {
+        "uv_cold_over_kvenv_cold": medians["uv_cold"] / medians["kvenv_cold"],
+        "uv_warm_over_kvenv_warm": medians["uv_warm"] / medians["kvenv_warm"],
+    }
+    if "pip" in medians:
+        ratios["pip_over_kvenv_cold"] = medians["pip"] / medians["kvenv_cold"]
+        ratios["pip_over_kvenv_warm"] = medians["pip"] / medians["kvenv_warm"]
     result = {
         "wheels": len(files),
-        "wheel_bytes": size,
+        "excluded_prefixes": args.exclude,
+        "wheel_bytes": sum(f.stat().st_size for f in files),
         "installed_files": count,
         "installed_bytes": installed,
+        "uv_installed_files": uv_count,
         "wheel_set_digest": hashlib.sha256("".join(sorted(wheels)).encode()).hexdigest(),
         "rounds": args.rounds,
         "jobs": args.jobs,
         "cpus": os.cpu_count(),
         "python": platform.python_version(),
-        "seconds": times,
+        "load_average_at_end": os.getloadavg(),
+        "seconds": wall,
+        "cpu_seconds": cpu,
         "median_seconds": medians,
-        "ratios": {
-            "uv_cold_over_kvenv_cold": medians["uv_cold"] / medians["kvenv_cold"],
-            "uv_warm_over_kvenv_warm": medians["uv_warm"] / medians["kvenv_warm"],
-            "pip_over_kvenv_cold": medians["pip"] / medians["kvenv_cold"],
-            "pip_over_kvenv_warm": medians["pip"] / medians["kvenv_warm"],
-        },
+        "median_cpu_seconds": cpu_medians,
+        "ratios": ratios,
     }
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(result, indent=2) + "\n")
-    print(json.dumps({"median_seconds": medians, "ratios": result["ratios"]}, indent=2))
+    print(json.dumps({"median_seconds": medians, "median_cpu_seconds": cpu_medians,
+                      "ratios": ratios}, indent=2))  # fmt: skip
     return 0
 
 

@@ -80,8 +80,11 @@ def lookup(store: Path, sha256: str) -> StoreEntry | None:
     return StoreEntry(sha256, directory, marker.dist)
 
 
-def unpack(store: Path, sha256: str, wheel: Path, *, protected: Iterable[str] = ()) -> StoreEntry:
-    """Unpack ``wheel`` (already verified to have ``sha256``) into the store, once."""
+def unpack(
+    store: Path, sha256: str, wheel: Path, *, protected: Iterable[str] = (), jobs: int = 1
+) -> StoreEntry:
+    """Unpack ``wheel`` (already verified to have ``sha256``) into the store, once; a large
+    wheel is written by ``jobs`` threads."""
     found = lookup(store, sha256)
     if found is not None:
         return found
@@ -99,6 +102,7 @@ def unpack(store: Path, sha256: str, wheel: Path, *, protected: Iterable[str] = 
             bin_dir=temp / "bin",
             data_dir=temp / "data",
             include_dir=temp / "include",
+            jobs=jobs,
         )
         marker = convert.unstructure(_Marker(STORE_FORMAT, sha256, dist))
         (temp / MARKER).write_text(json.dumps(marker), encoding="utf-8")
@@ -127,27 +131,26 @@ def unpack_all(
 ) -> dict[str, StoreEntry]:
     """Unpack every wheel (sha256 -> verified file) not yet in the store, in parallel."""
     protected = tuple(protected)
-    todo = {sha: path for sha, path in wheels.items() if lookup(store, sha) is None}
-    done = 0
+    out: dict[str, StoreEntry] = {}
+    todo: dict[str, Path] = {}
+    for sha, path in wheels.items():
+        found = lookup(store, sha)
+        if found is None:
+            todo[sha] = path
+        else:
+            out[sha] = found
     if todo:
         workers = max(1, min(jobs, len(todo)))
         with ThreadPoolExecutor(workers, thread_name_prefix="kvenv-unpack") as pool:
             futures = {
-                pool.submit(unpack, store, sha, path, protected=protected): path
+                sha: pool.submit(unpack, store, sha, path, protected=protected, jobs=workers)
                 for sha, path in sorted(todo.items(), key=lambda kv: -_size(kv[1]))
             }
-            for future in futures:
-                future.result()
-                done += 1
+            for done, (sha, future) in enumerate(futures.items(), 1):
+                out[sha] = future.result()
                 if progress:
                     progress("unpack", done, len(todo))
-    out: dict[str, StoreEntry] = {}
-    for sha, path in wheels.items():
-        entry = lookup(store, sha)
-        if entry is None:
-            raise InstallError(f"store entry for {path.name} is missing after unpacking")
-        out[sha] = entry
-    return out
+    return {sha: out[sha] for sha in wheels}
 
 
 def _size(path: Path) -> int:
@@ -170,15 +173,6 @@ class GenerationLayout:
     def beside(cls, site: Path) -> GenerationLayout:
         parent = site.parent
         return cls(site, parent / "bin", parent / "data", parent / "include")
-
-
-def _destination(layout: GenerationLayout, record_path: str) -> Path:
-    for name in ("bin", "data", "include"):
-        prefix = f"../{name}/"
-        if record_path.startswith(prefix):
-            base: Path = getattr(layout, name)
-            return base / record_path[len(prefix) :]
-    return layout.site / record_path
 
 
 def check_protected(entries: Sequence[StoreEntry], protected: Iterable[str]) -> None:
@@ -210,30 +204,35 @@ def link_layer(
 ) -> list[InstalledDist]:
     """Build one layer (native or overlay) of a generation from store entries.
 
+    The file list comes from each entry's marker (no RECORD is parsed, no file is stat'ed);
+    each directory is created once and the files are hard-linked by ``jobs`` threads.
     Two distributions providing the same path is allowed only when the bytes are identical.
     Returns each distribution with the digest of its RECORD as it is in the generation.
     """
     check_protected(entries, protected)
-    plan: dict[Path, tuple[StoreEntry, str]] = {}
+    bases = {name: str(getattr(layout, name)) for name in ("site", "bin", "data", "include")}
+    plan: dict[str, tuple[StoreEntry, str]] = {}
     scripts: list[tuple[StoreEntry, str, Path]] = []
     for entry in entries:
         record_name = f"{entry.dist.dist_info}/RECORD"
+        skip_record = bool(entry.dist.scripts)  # rewritten below with the scripts' real hashes
         for record_path in entry.dist.files:
-            dest = _destination(layout, record_path)
+            dest = _destination_text(bases, record_path)
             if record_path.startswith("../bin/"):
-                scripts.append((entry, record_path, dest))
+                scripts.append((entry, record_path, Path(dest)))
                 continue
-            if record_path == record_name and entry.dist.scripts:
-                continue  # rewritten below with the scripts' real hashes
+            if skip_record and record_path == record_name:
+                continue
             previous = plan.get(dest)
             if previous is not None:
-                _same_or_conflict(previous, (entry, record_path), dest)
+                _same_or_conflict(previous, (entry, record_path), Path(dest))
                 continue
             plan[dest] = (entry, record_path)
-    directories = sorted({dest.parent for dest in plan} | {d.parent for _, _, d in scripts})
-    for directory in directories:
-        directory.mkdir(parents=True, exist_ok=True)
-    items = [(entry.source_of(path), dest) for dest, (entry, path) in plan.items()]
+    directories = {dest.rpartition("/")[0] for dest in plan}
+    directories.update(str(d.parent) for _, _, d in scripts)
+    for directory in sorted(directories):
+        os.makedirs(directory, exist_ok=True)
+    items = [(f"{entry.path}/site/{path}", dest) for dest, (entry, path) in plan.items()]
     _link_many(items, jobs=jobs, progress=progress)
     rewritten = _write_scripts(scripts, python)
     out: list[InstalledDist] = []
@@ -244,6 +243,16 @@ def link_layer(
         digest = "sha256:" + hashlib.sha256(record.read_bytes()).hexdigest()
         out.append(attrs.evolve(entry.dist, record_digest=digest))
     return out
+
+
+def _destination_text(bases: Mapping[str, str], record_path: str) -> str:
+    """Where a RECORD path (relative to the store entry's ``site``) lands in the layer."""
+    if record_path.startswith("../"):
+        for name in ("bin", "data", "include"):
+            prefix = f"../{name}/"
+            if record_path.startswith(prefix):
+                return f"{bases[name]}/{record_path[len(prefix) :]}"
+    return f"{bases['site']}/{record_path}"
 
 
 def _same_or_conflict(
@@ -266,12 +275,15 @@ def _same_bytes(a: Path, b: Path) -> bool:
     return filecmp.cmp(a, b, shallow=False)
 
 
+LINK_CHUNK = 256  # files per task: few enough tasks to keep the pool's overhead small
+
+
 def _link_many(
-    items: list[tuple[Path, Path]], *, jobs: int, progress: Progress | None = None
+    items: list[tuple[str, str]], *, jobs: int, progress: Progress | None = None
 ) -> None:
     if not items:
         return
-    link: Callable[[Path, Path], Any] = os.link
+    link: Callable[[str, str], Any] = os.link
     first_source, first_dest = items[0]
     try:
         os.link(first_source, first_dest)
@@ -281,14 +293,15 @@ def _link_many(
         link = shutil.copy2
         shutil.copy2(first_source, first_dest)
     rest = items[1:]
-    if len(rest) < 512 or jobs <= 1:
+    if len(rest) < 2 * LINK_CHUNK or jobs <= 1:
         for source, dest in rest:
             link(source, dest)
+        if progress:
+            progress("link", len(items), len(items))
         return
-    size = max(256, len(rest) // (jobs * 4))
-    chunks = [rest[i : i + size] for i in range(0, len(rest), size)]
+    chunks = [rest[i : i + LINK_CHUNK] for i in range(0, len(rest), LINK_CHUNK)]
 
-    def run(chunk: list[tuple[Path, Path]]) -> int:
+    def run(chunk: list[tuple[str, str]]) -> int:
         for source, dest in chunk:
             link(source, dest)
         return len(chunk)

@@ -1,31 +1,37 @@
-"""Installing one wheel safely with PyPA ``installer``.
+"""Installing one wheel safely, with PyPA ``installer``'s formats and a fast writer.
 
 Every zip entry is checked *before* anything is written: paths that escape the target
 (``..``, absolute, drive letters, backslashes), links, devices and other special files,
 duplicate names, unknown ``.data`` schemes, an unsupported ``Wheel-Version``, a missing, huge or
 lying ``RECORD`` (files missing from it, entries without hash or size, weak hash algorithms,
 entries naming files the archive lacks), and any file that would land in a protected package's
-import names (``torch/``, ``torch.py``, ``torch-*.dist-info``...).
+import names (``torch/``, ``torch.py``, ``torch-*.dist-info``...). ``installer``'s own
+``validate_record`` runs too.
 
-File contents are checked against ``RECORD`` while they are written (one pass: unzip, hash and
-write together), rather than in a separate ``validate_record`` pass that would decompress
-everything twice; ``installer``'s own ``validate_record`` runs first for the names and entries.
-A mismatch removes every file this call wrote, so a failed install leaves the target as it was.
+Then each member is read with ``os.pread`` from the wheel, inflated with zlib, hashed once with
+sha256 and written with ``os.write`` to a file created exclusively (never overwriting). That one
+digest is checked against ``RECORD`` *and* becomes the installed ``RECORD``'s entry, so nothing is
+decompressed or hashed twice. Console-script launchers (``installer.scripts.Script``), shebang
+rewriting (``installer.utils.fix_shebang``) and the installed ``RECORD``'s layout are
+``installer``'s. A wheel over ``SPLIT_BYTES`` is written by several threads (zlib, hashlib and
+file writes release the GIL). A mismatch removes every file this call wrote, so a failed
+install leaves the target as it was.
 """
 
 from __future__ import annotations
 
 import base64
 import hashlib
+import io
 import os
 import re
 import stat
+import struct
 import sys
-import warnings
 import zipfile
+import zlib
 from collections.abc import Iterable, Iterator
 from pathlib import Path
-from typing import IO, Any, BinaryIO, cast
 
 import attrs
 from packaging.utils import InvalidWheelFilename, canonicalize_name, parse_wheel_filename
@@ -263,105 +269,327 @@ def _read_text(zf: zipfile.ZipFile, path: str, where: str) -> str:
         raise _bad(where, f"{path} is not UTF-8") from None
 
 
-class _Verifying:
-    """A read-only stream that hashes what passes through and checks it against RECORD."""
-
-    def __init__(self, raw: IO[bytes], expected: tuple[str, str, int], label: str) -> None:
-        self._raw = raw
-        self._algorithm, self._value, self._size = expected
-        self._hash = hashlib.new(self._algorithm)
-        self._count = 0
-        self._label = label
-
-    def read(self, size: int = -1) -> bytes:
-        data = self._raw.read(size)
-        self._hash.update(data)
-        self._count += len(data)
-        return data
-
-    def readline(self, size: int = -1) -> bytes:
-        data = self._raw.readline(size)
-        self._hash.update(data)
-        self._count += len(data)
-        return data
-
-    def seek(self, offset: int, whence: int = 0) -> int:
-        if offset != 0 or whence != 0:
-            raise OSError("only rewinding is supported")
-        self._raw.seek(0)
-        self._hash = hashlib.new(self._algorithm)
-        self._count = 0
-        return 0
-
-    def finish(self) -> None:
-        while self.read(1 << 20):
-            pass
-        value = base64.urlsafe_b64encode(self._hash.digest()).decode().rstrip("=")
-        if value != self._value or self._count != self._size:
-            raise IntegrityError(
-                f"wheel content does not match its RECORD: {self._label}",
-                hint="the wheel was altered after it was built; nothing was installed",
-            )
+READ_CHUNK = 8 << 20  # compressed bytes read per call: one read for almost every member
+OUT_CHUNK = 16 << 20  # decompressed bytes per piece: memory stays flat for huge members
+SPLIT_BYTES = 64 << 20  # a wheel this large (uncompressed) is written by several threads
+_LOCAL_MAGIC = b"PK\x03\x04"
 
 
-def _make_source(zf: zipfile.ZipFile, plan: _Plan, filename: str, verify: bool) -> Any:
-    from installer.sources import WheelFile
-
-    class VerifyingWheelFile(WheelFile):
-        """installer's WheelFile, streaming each member through a RECORD check."""
-
-        def get_contents(self) -> Iterator[tuple[tuple[str, str, str], BinaryIO, bool]]:
-            record_path = f"{plan.dist_info}/RECORD"
-            for info in zf.infolist():
-                if info.is_dir():
-                    continue
-                entry = plan.records.get(info.filename, ("", "", -1))
-                row = (info.filename, f"{entry[0]}={entry[1]}" if entry[0] else "", "")
-                mode = info.external_attr >> 16
-                executable = bool(mode and stat.S_ISREG(mode) and mode & 0o111)
-                with zf.open(info) as raw:
-                    if not verify or info.filename == record_path or not entry[0]:
-                        yield row, cast(BinaryIO, raw), executable
-                        continue
-                    stream = _Verifying(raw, entry, f"{filename}: {info.filename}")
-                    yield row, cast(BinaryIO, stream), executable
-                    stream.finish()
-
-    return VerifyingWheelFile(zf)
+def _mismatch(label: str) -> IntegrityError:
+    return IntegrityError(
+        f"wheel content does not match its RECORD: {label}",
+        hint="the wheel was altered after it was built; nothing was installed",
+    )
 
 
-def _destination_class() -> Any:
-    from installer.destinations import SchemeDictionaryDestination
-    from installer.records import Hash, RecordEntry
-    from installer.utils import copyfileobj_with_hashing, make_file_executable
+class _Archive:
+    """Reads members straight from the wheel's file descriptor with ``os.pread``: no shared
+    file position, so threads read members of one wheel at once. A small member is one read
+    and one inflate; a large one goes in bounded pieces. Every member's inflated length must be
+    exactly its declared size."""
 
-    class TrackingDestination(SchemeDictionaryDestination):
-        """Writes through installer's path checks, remembering every file and directory it
-        creates so a failure can remove exactly those."""
+    def __init__(self, path: Path, fd: int, where: str) -> None:
+        self.path = path
+        self.fd = fd
+        self.length = os.fstat(fd).st_size
+        self.where = where
 
-        created_files: list[Path]
-        created_dirs: list[Path]
+    def pieces(self, info: zipfile.ZipInfo) -> Iterator[bytes]:
+        if info.flag_bits & 0x1:
+            raise _bad(self.where, f"entry {info.filename!r} is encrypted")
+        start = self._data_offset(info)
+        if info.compress_type == zipfile.ZIP_DEFLATED:
+            return self._inflate(info, start)
+        if info.compress_type == zipfile.ZIP_STORED:
+            return self._stored(info, start)
+        return self._other(info)
 
-        def write_to_fs(self, scheme: Any, path: str, stream: BinaryIO, is_executable: bool) -> Any:
-            target = self._path_with_destdir(scheme, path)
-            parent = target.parent
-            if not parent.is_dir():
-                missing = []
-                probe = parent
-                while not probe.exists():
-                    missing.append(probe)
-                    probe = probe.parent
-                parent.mkdir(parents=True)
-                self.created_dirs.extend(reversed(missing))
-            fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
-            self.created_files.append(target)
-            with open(fd, "wb") as out:
-                hash_, size = copyfileobj_with_hashing(stream, out, self.hash_algorithm)
-            if is_executable:
-                make_file_executable(target)
-            return RecordEntry(path, Hash(self.hash_algorithm, hash_), size)
+    def _data_offset(self, info: zipfile.ZipInfo) -> int:
+        name = info.orig_filename.encode("utf-8" if info.flag_bits & 0x800 else "cp437")
+        head = os.pread(self.fd, 30 + len(name), info.header_offset)
+        if head[:4] != _LOCAL_MAGIC or head[30:] != name:
+            raise _bad(self.where, f"entry {info.filename!r}: local header does not match")
+        name_len, extra_len = struct.unpack_from("<HH", head, 26)
+        start: int = info.header_offset + 30 + name_len + extra_len
+        if start + info.compress_size > self.length:
+            raise _bad(self.where, f"entry {info.filename!r} is truncated")
+        return start
 
-    return TrackingDestination
+    def _stored(self, info: zipfile.ZipInfo, start: int) -> Iterator[bytes]:
+        if info.compress_size != info.file_size:
+            raise _mismatch(f"{self.where}: {info.filename}")
+        for offset in range(0, info.file_size, READ_CHUNK):
+            count = min(READ_CHUNK, info.file_size - offset)
+            data = os.pread(self.fd, count, start + offset)
+            if len(data) != count:
+                raise _bad(self.where, f"entry {info.filename!r} is truncated")
+            yield data
+
+    def _inflate(self, info: zipfile.ZipInfo, start: int) -> Iterator[bytes]:
+        inflater = zlib.decompressobj(-15)
+        size, got = info.file_size, 0
+        position, end = start, start + info.compress_size
+        try:
+            while position < end and not inflater.eof:
+                data = os.pread(self.fd, min(READ_CHUNK, end - position), position)
+                if not data:
+                    break
+                position += len(data)
+                while data and not inflater.eof:
+                    out = inflater.decompress(data, min(OUT_CHUNK, size - got + 1))
+                    got += len(out)
+                    if got > size:
+                        raise _mismatch(f"{self.where}: {info.filename}")
+                    if out:
+                        yield out
+                    data = inflater.unconsumed_tail
+        except zlib.error as exc:
+            raise _bad(self.where, f"entry {info.filename!r}: corrupt data ({exc})") from None
+        if got != size or not inflater.eof:
+            raise _mismatch(f"{self.where}: {info.filename}")
+
+    def _other(self, info: zipfile.ZipInfo) -> Iterator[bytes]:
+        """bzip2 and lzma members (rare in wheels): zipfile streams them, checking the CRC."""
+        with zipfile.ZipFile(self.path) as zf, zf.open(info) as stream:
+            while data := stream.read(READ_CHUNK):
+                yield data
+
+
+@attrs.frozen
+class _Row:
+    """One row of the installed RECORD: the path is relative to its scheme's directory."""
+
+    scheme: str
+    path: str
+    digest: str  # urlsafe base64 sha256, no padding
+    size: int
+
+
+class _Writer:
+    """Creates files exclusively (never overwriting), remembering every file and directory it
+    made so a failure can remove exactly those. Directories are created once, from a set."""
+
+    def __init__(self, schemes: dict[str, str]) -> None:
+        self.schemes = schemes
+        self.known_dirs: set[str] = set()
+        self.created_files: list[str] = []
+        self.created_dirs: list[str] = []
+        self.failed = False
+
+    def write(self, scheme: str, path: str, pieces: Iterable[bytes], executable: bool) -> _Row:
+        reason = check_entry_name(path)
+        if reason:  # entries were checked already; this guards generated names (scripts)
+            raise ValueError(f"refusing to write {path!r}: {reason}")
+        full = f"{self.schemes[scheme]}/{path}"
+        parent = full.rpartition("/")[0]
+        if parent not in self.known_dirs:
+            self._make_dirs(parent)
+        flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC
+        fd = os.open(full, flags, 0o777 if executable else 0o666)
+        self.created_files.append(full)
+        digest = hashlib.sha256()
+        size = 0
+        try:
+            for piece in pieces:
+                digest.update(piece)
+                size += len(piece)
+                view = memoryview(piece)
+                while view:
+                    view = view[os.write(fd, view) :]
+        finally:
+            os.close(fd)
+        return _Row(scheme, path, _b64(digest.digest()), size)
+
+    def _make_dirs(self, parent: str) -> None:
+        missing: list[str] = []
+        probe = parent
+        while not os.path.isdir(probe):
+            missing.append(probe)
+            probe = os.path.dirname(probe)
+        os.makedirs(parent, exist_ok=True)
+        self.created_dirs.extend(reversed(missing))
+        self.known_dirs.add(parent)
+
+    def rollback(self) -> None:
+        for path in self.created_files:
+            try:
+                os.unlink(path)
+            except FileNotFoundError:
+                continue
+        for directory in reversed(self.created_dirs):
+            try:
+                os.rmdir(directory)
+            except OSError:
+                continue
+
+
+def _b64(digest: bytes) -> str:
+    return base64.urlsafe_b64encode(digest).decode().rstrip("=")
+
+
+class _Verified:
+    """The pieces of one member, hashed with the RECORD's algorithm as they pass; ``check``
+    then compares digest and size (the written file's sha256 is computed by the writer)."""
+
+    def __init__(self, pieces: Iterable[bytes], expected: tuple[str, str, int]) -> None:
+        self.pieces = pieces
+        self.algorithm, self.value, self.size = expected
+        self.hash = None if self.algorithm == "sha256" else hashlib.new(self.algorithm)
+
+    def __iter__(self) -> Iterator[bytes]:
+        for piece in self.pieces:
+            if self.hash is not None:
+                self.hash.update(piece)
+            yield piece
+
+    def matches(self, row: _Row) -> bool:
+        value = row.digest if self.hash is None else _b64(self.hash.digest())
+        return value == self.value and row.size == self.size
+
+
+def _with_crc(pieces: Iterable[bytes], info: zipfile.ZipInfo, label: str) -> Iterator[bytes]:
+    """For members RECORD does not hash: zip's CRC-32 then guards the bytes."""
+    crc = 0
+    for piece in pieces:
+        crc = zlib.crc32(piece, crc)
+        yield piece
+    if crc != info.CRC:
+        raise IntegrityError(f"wheel member fails its CRC check: {label}")
+
+
+@attrs.frozen
+class _Job:
+    """What every member write of one wheel needs."""
+
+    archive: _Archive
+    plan: _Plan
+    writer: _Writer
+    root_scheme: str
+    interpreter: str
+    verify: bool
+
+
+def _install_member(job: _Job, info: zipfile.ZipInfo) -> _Row:
+    plan, label = job.plan, f"{job.archive.where}: {info.filename}"
+    path = info.filename
+    scheme = job.root_scheme
+    if path.startswith(plan.data_dir + "/"):
+        scheme, _, path = path[len(plan.data_dir) + 1 :].partition("/")
+    mode = info.external_attr >> 16
+    executable = bool(mode and stat.S_ISREG(mode) and mode & 0o111)
+    expected = plan.records.get(info.filename, ("", "", -1))
+    pieces: Iterable[bytes] = job.archive.pieces(info)
+    verified: _Verified | None = None
+    if job.verify and expected[0]:
+        verified = _Verified(pieces, expected)
+        pieces = verified
+    else:
+        pieces = _with_crc(pieces, info, label)
+    if scheme == "scripts":
+        return _install_script(job, path, pieces, verified, executable, label)
+    row = job.writer.write(scheme, path, pieces, executable)
+    if verified is not None and not verified.matches(row):
+        raise _mismatch(label)
+    return row
+
+
+def _install_script(
+    job: _Job,
+    path: str,
+    pieces: Iterable[bytes],
+    verified: _Verified | None,
+    executable: bool,
+    label: str,
+) -> _Row:
+    """A ``.data/scripts`` file: checked as shipped, written with the interpreter's shebang."""
+    from installer.utils import fix_shebang
+
+    data = b"".join(pieces)
+    if verified is not None:
+        shipped = _Row("scripts", path, _b64(hashlib.sha256(data).digest()), len(data))
+        if not verified.matches(shipped):
+            raise _mismatch(label)
+    with fix_shebang(io.BytesIO(data), job.interpreter) as fixed:
+        content = fixed.read()
+    return job.writer.write("scripts", path, (content,), executable)
+
+
+def _entry_point_scripts(zf: zipfile.ZipFile, job: _Job) -> list[_Row]:
+    from installer.scripts import Script
+    from installer.utils import parse_entrypoints
+
+    name = f"{job.plan.dist_info}/entry_points.txt"
+    if name not in zf.NameToInfo:
+        return []
+    rows = []
+    text = _read_text(zf, name, job.archive.where)
+    for script_name, module, attr, section in parse_entrypoints(text):
+        launcher, data = Script(script_name, module, attr, section).generate(
+            job.interpreter, "posix"
+        )
+        rows.append(job.writer.write("scripts", launcher, (data,), True))
+    return rows
+
+
+def _members(zf: zipfile.ZipFile, plan: _Plan) -> list[zipfile.ZipInfo]:
+    """The members to write: files, less RECORD (written fresh) and ``__pycache__`` entries
+    (a security risk that ``installer`` skips too)."""
+    record_path = f"{plan.dist_info}/RECORD"
+    return [
+        info
+        for info in zf.infolist()
+        if not info.is_dir()
+        and info.filename != record_path
+        and "__pycache__" not in info.filename.split("/")[:-1]
+    ]
+
+
+def _write_members(job: _Job, members: list[zipfile.ZipInfo], jobs: int) -> list[_Row]:
+    total = sum(info.file_size for info in members)
+    if jobs <= 1 or total < SPLIT_BYTES:
+        return [_install_member(job, info) for info in members]
+    groups: list[list[zipfile.ZipInfo]] = [[] for _ in range(jobs)]
+    loads = [0] * jobs
+    for info in sorted(members, key=lambda i: -i.file_size):
+        index = loads.index(min(loads))
+        groups[index].append(info)
+        loads[index] += info.file_size + 4096
+
+    def run(group: list[zipfile.ZipInfo]) -> list[_Row]:
+        out = []
+        for info in group:
+            if job.writer.failed:
+                break
+            try:
+                out.append(_install_member(job, info))
+            except BaseException:
+                job.writer.failed = True
+                raise
+        return out
+
+    from concurrent.futures import ThreadPoolExecutor
+
+    with ThreadPoolExecutor(jobs, thread_name_prefix="kvenv-member") as pool:
+        futures = [pool.submit(run, group) for group in groups if group]
+    return [row for future in futures for row in future.result()]
+
+
+def _record_text(rows: list[_Row], record_path: str, schemes: dict[str, str], root: str) -> str:
+    """The installed RECORD, as ``installer`` writes it: sorted by path, other schemes with a
+    prefix relative to the root scheme, RECORD itself without hash and size."""
+    import csv
+
+    out = io.StringIO()
+    writer = csv.writer(out, delimiter=",", quotechar='"', lineterminator="\n")
+    prefixes = {
+        scheme: ("" if scheme == root else os.path.relpath(schemes[scheme], schemes[root]) + "/")
+        for scheme in schemes
+    }
+    entries = [(row.path, row.scheme, f"sha256={row.digest}", str(row.size)) for row in rows]
+    entries.append((record_path, root, "", ""))
+    for path, scheme, hash_, size in sorted(entries, key=lambda e: e[0]):
+        writer.writerow((prefixes[scheme] + path, hash_, size))
+    return out.getvalue()
 
 
 def install_wheel(
@@ -374,17 +602,19 @@ def install_wheel(
     data_dir: Path | None = None,
     include_dir: Path | None = None,
     verify_record: bool = True,
+    jobs: int = 1,
 ) -> InstalledDist:
     """Install ``wheel`` into ``target`` (the import root) and return what was installed.
 
     Console scripts go to ``bin_dir`` (default ``<target>/bin``) with a shebang for ``python``
     (default: this interpreter); ``.data/data`` to ``data_dir`` (default ``target``) and headers
     to ``include_dir/<name>`` (default ``<target>/include``). An existing file is never
-    overwritten. Raises :class:`IntegrityError` for an unsafe wheel and :class:`InstallError`
-    when writing fails; in both cases every file this call wrote is removed again.
+    overwritten. A wheel of more than ``SPLIT_BYTES`` is written by ``jobs`` threads. Raises
+    :class:`IntegrityError` for an unsafe wheel and :class:`InstallError` when writing fails;
+    in both cases every file this call wrote is removed again.
     """
-    from installer import install
     from installer.exceptions import InstallerError
+    from installer.sources import WheelFile
 
     wheel = Path(wheel)
     target = Path(os.path.abspath(target))
@@ -395,30 +625,37 @@ def install_wheel(
         raise IntegrityError(f"not a readable wheel: {wheel}: {exc}") from None
     with zf:
         plan = inspect_wheel(zf, wheel.name, protected)
-        scripts = Path(os.path.abspath(bin_dir)) if bin_dir else target / "bin"
-        include = Path(os.path.abspath(include_dir)) if include_dir else target / "include"
+        try:
+            WheelFile(zf).validate_record(validate_contents=False)
+        except (InstallerError, ValueError) as exc:
+            raise _bad(wheel.name, str(exc)) from None
+        scripts = os.path.abspath(bin_dir) if bin_dir else str(target / "bin")
+        include = os.path.abspath(include_dir) if include_dir else str(target / "include")
         schemes = {
             "purelib": str(target),
             "platlib": str(target),
-            "scripts": str(scripts),
-            "data": str(Path(os.path.abspath(data_dir)) if data_dir else target),
-            "headers": str(include / plan.name),
+            "scripts": scripts,
+            "data": os.path.abspath(data_dir) if data_dir else str(target),
+            "headers": os.path.join(include, plan.name),
         }
-        destination = _destination_class()(
-            scheme_dict=schemes,
-            interpreter=python or sys.executable,
-            script_kind="posix",
-        )
-        destination.created_files = []
-        destination.created_dirs = []
-        source = _make_source(zf, plan, wheel.name, verify_record)
+        root = "purelib" if plan.root_is_purelib else "platlib"
+        writer = _Writer(schemes)
+        record_path = f"{plan.dist_info}/RECORD"
         try:
-            source.validate_record(validate_contents=False)
-            with warnings.catch_warnings():
-                warnings.simplefilter("ignore", RuntimeWarning)  # skipped __pycache__ entries
-                install(source, destination, {"INSTALLER": b"kvenv\n"})
+            fd = os.open(wheel, os.O_RDONLY | os.O_CLOEXEC)
+            try:
+                archive = _Archive(wheel, fd, wheel.name)
+                job = _Job(archive, plan, writer, root, python or sys.executable, verify_record)
+                rows = _entry_point_scripts(zf, job)
+                rows += _write_members(job, _members(zf, plan), jobs)
+            finally:
+                os.close(fd)
+            installer_file = f"{plan.dist_info}/INSTALLER"
+            rows.append(writer.write(root, installer_file, (b"kvenv\n",), False))
+            record = _record_text(rows, record_path, schemes, root).encode("utf-8")
+            writer.write(root, record_path, (record,), False)
         except BaseException as exc:
-            _rollback(destination.created_files, destination.created_dirs)
+            writer.rollback()
             if isinstance(exc, IntegrityError):
                 raise
             if isinstance(exc, FileExistsError):
@@ -431,40 +668,26 @@ def install_wheel(
             if isinstance(exc, OSError):
                 raise InstallError(f"installing {wheel.name} failed: {exc}") from None
             raise
-        files = _recorded(target, plan)
-    record_file = target / plan.dist_info / "RECORD"
-    digest = "sha256:" + hashlib.sha256(record_file.read_bytes()).hexdigest()
-    script_names = tuple(sorted(Path(f).name for f in files if _is_under(target / f, scripts)))
+    files = _recorded(record.decode("utf-8"))
+    script_names = tuple(
+        sorted(os.path.basename(f) for f in files if _is_under(target, f, scripts))
+    )
     return InstalledDist(
         name=plan.name,
         version=plan.version,
         dist_info=plan.dist_info,
-        record_digest=digest,
+        record_digest="sha256:" + hashlib.sha256(record).hexdigest(),
         top_level=plan.top_level,
         scripts=script_names,
         files=files,
     )
 
 
-def _recorded(target: Path, plan: _Plan) -> tuple[str, ...]:
+def _recorded(text: str) -> tuple[str, ...]:
     import csv
 
-    text = (target / plan.dist_info / "RECORD").read_text(encoding="utf-8")
     return tuple(row[0] for row in csv.reader(text.splitlines()) if row)
 
 
-def _is_under(path: Path, directory: Path) -> bool:
-    return os.path.normpath(path).startswith(str(directory) + os.sep)
-
-
-def _rollback(files: list[Path], dirs: list[Path]) -> None:
-    for path in files:
-        try:
-            path.unlink()
-        except FileNotFoundError:
-            continue
-    for directory in reversed(dirs):
-        try:
-            directory.rmdir()
-        except OSError:
-            continue
+def _is_under(target: Path, path: str, directory: str) -> bool:
+    return os.path.normpath(os.path.join(target, path)).startswith(directory + os.sep)
