@@ -18,12 +18,13 @@ import shlex
 import sys
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 from kvenv.errors import InputError, IntegrityError, RuntimeNotReady, UsageError
 from kvenv.manifest import Activation, Manifest
-from kvenv.snapshot import HostSnapshot
-from kvenv.wheelinstall import import_name_of, protected_import_names
+
+if TYPE_CHECKING:  # activation is on the hot path: import only what it runs
+    from kvenv.snapshot import HostSnapshot
 
 Shell = Literal["bash", "zsh", "fish", "pwsh", "json"]
 SHELLS: tuple[str, ...] = ("bash", "zsh", "fish", "pwsh", "json")
@@ -71,6 +72,8 @@ def read_pth_files(site_dir: Path, generation: Path) -> tuple[list[str], list[st
 
 def check_not_shadowing(dirs: Iterable[Path], protected: Iterable[str]) -> None:
     """Refuse activation when a protected import name exists in one of ``dirs``."""
+    from kvenv.wheelinstall import import_name_of, protected_import_names
+
     names = protected_import_names(protected)
     for directory in dirs:
         if not directory.is_dir():

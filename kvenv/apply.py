@@ -61,7 +61,7 @@ from kvenv.manifest import (
     write_json_atomic,
     write_manifest,
 )
-from kvenv.plan import LockInput, Plan, effective_profile, make_plan
+from kvenv.plan import LockInput, Plan, effective_profile, make_plan, with_presence
 from kvenv.profile import HfSource, PathSource, UrlSource
 from kvenv.profiles import LoadedProfile
 from kvenv.snapshot import HostSnapshot
@@ -284,16 +284,7 @@ def plan_apply(
         _, current = current_state(locations)
     draft = make_plan(loaded, lock, host, current, strict=strict, recorded=recorded)
     shas = [a.sha256 for a in draft.artifacts]
-    return make_plan(
-        loaded,
-        lock,
-        host,
-        current,
-        strict=strict,
-        cached=_cached(locations, shas),
-        unpacked=_stored(locations, shas),
-        recorded=recorded,
-    )
+    return with_presence(draft, _cached(locations, shas), _stored(locations, shas))
 
 
 def _refuse_incompatible(plan: Plan) -> None:
@@ -343,8 +334,13 @@ def apply(
         if pointer and pointer.previous:
             keep.add(pointer.previous)
         cleaned = remove_generations(locations, keep, incomplete_only=True)
-        plan = plan_apply(loaded, lock, host, locations, strict=strict, recorded=recorded)
-        _refuse_incompatible(plan)
+        # Plan again under the lock unless nothing can have changed: an up-to-date plan made
+        # over the generation that is still current (generations are immutable, their ids
+        # unique) stays right, so a no-op apply plans once.
+        unchanged = pointer is not None and pointer.generation == plan.current_generation
+        if not (plan.up_to_date and unchanged):
+            plan = plan_apply(loaded, lock, host, locations, strict=strict, recorded=recorded)
+            _refuse_incompatible(plan)
         if plan.up_to_date and pointer is not None:
             _, manifest = current_state(locations)
             if manifest is not None and _dirs_present(manifest):

@@ -326,6 +326,16 @@ def make_plan(
     )
 
 
+def with_presence(plan: Plan, cached: frozenset[str], unpacked: frozenset[str]) -> Plan:
+    """``plan`` with each artifact marked cached/unpacked per the given sha256 sets (and its
+    steps re-described): the same as planning again with them, without re-planning."""
+    artifacts = [
+        attrs.evolve(a, cached=a.sha256 in cached, unpacked=a.sha256 in unpacked)
+        for a in plan.artifacts
+    ]
+    return attrs.evolve(plan, artifacts=artifacts, steps=_steps(artifacts, plan.up_to_date))
+
+
 def _finding(finding: Finding) -> PlanFinding:
     return PlanFinding(finding.check, finding.status, finding.message, finding.fix)
 

@@ -165,7 +165,9 @@ def _owner(path: str, chain: list[tuple[Path, dict[str, Any]]]) -> Path:
         for key in keys:
             if isinstance(node, dict) and key in node:
                 node = node[key]
-            elif isinstance(node, list) and key.isdigit() and int(key) < len(node):
+            elif (
+                isinstance(node, list) and key.isascii() and key.isdigit() and int(key) < len(node)
+            ):
                 node = node[int(key)]
             else:
                 found = False

@@ -190,3 +190,16 @@ def test_read_nvml_failures_are_facts() -> None:
     failed = _FakeNvml(fail_query=True)
     assert read_nvml(failed).error == "NVML query failed: GPU is lost"
     assert failed.shut
+
+
+@pytest.mark.parametrize("digit", ["²", "٣", "１"])
+def test_non_ascii_digits_are_notes_not_errors(digit: str) -> None:
+    # str.isdigit() is True for all of these; int() refuses "²" and must not be reached.
+    gpus, notes = parse_query(
+        f"{digit}, GPU-a, Tesla T4, 7.5, {digit}\n0, GPU-b, Tesla T4, 7.5, x\n"
+    )
+    assert [(g.index, g.memory_mib) for g in gpus] == [(0, None)]
+    assert len(notes) == 1 and "row 1 not understood" in notes[0]
+    visible, note = select_visible([PhysicalGpu(0, "A"), PhysicalGpu(2, "B")], f"{digit},0")
+    assert visible == []
+    assert note is not None and "stopped" in note

@@ -40,7 +40,31 @@ def test_cuda_visible_devices_applies() -> None:
     )
 
 
-def test_no_driver_means_unknown() -> None:
+def test_no_driver_means_no_gpu() -> None:
+    # No driver file, no nvidia-smi, no NVML: a CUDA program sees no GPU. That is a fact.
     found = visible_gpu_count(_host({"CUDA_VISIBLE_DEVICES": "0,1"}, driver=False))
+    assert found.count == 0
+    assert found.describe() == "0 (no NVIDIA driver found)"
+
+
+def test_nvidia_smi_without_a_driver_means_no_gpu() -> None:
+    failed = RunResult(
+        9, "", "NVIDIA-SMI has failed because it couldn't communicate with the driver"
+    )
+    host = Effects.recorded(commands={QUERY: failed, "nvidia-smi": failed})
+    assert visible_gpu_count(host).count == 0
+
+
+def test_gpus_that_cannot_be_listed_are_unknown() -> None:
+    # A driver, but nvidia-smi does not answer (timed out): the count cannot be told.
+    host = Effects.recorded(files=PROC, commands={"nvidia-smi -L": RunResult(0, "", "")})
+    found = visible_gpu_count(host)
     assert found.count is None
     assert found.describe() == "unknown"
+    # A driver and no tool to list its GPUs at all.
+    assert visible_gpu_count(Effects.recorded(files=PROC)).count is None
+    # No driver file and an nvidia-smi that does not answer: unknown too, not "no GPU".
+    assert (
+        visible_gpu_count(Effects.recorded(commands={"nvidia-smi -L": RunResult(0, "", "")})).count
+        is None
+    )

@@ -23,6 +23,7 @@ from kvenv.runtime.shards import MANIFEST_NAME, PP_AND_TP_PATTERN, TP_ONLY_PATTE
 from tests.fake_vllm.checkpoints import make_pp_checkpoint, make_tp_checkpoint, write_metadata
 
 FAKE = Path(__file__).parent / "fake_vllm"
+LIVE_GPU_COUNT = gpus.visible_gpu_count  # the real one; the vllm fixture replaces it
 
 PROFILE = """\
 schema = 1
@@ -165,6 +166,83 @@ def test_tensor_parallel_size_checked_against_visible_gpus(
         LLM("m", profile=profile, tensor_parallel_size="2")
     with pytest.raises(UsageError, match="positive integer"):
         LLM("m", profile=profile, tensor_parallel_size=True)
+
+
+def _no_gpu_host(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The live host as this CPU machine is: no driver file, no nvidia-smi, no NVML."""
+    from kvenv.probe import effects
+
+    monkeypatch.setattr(effects, "live", lambda: effects.Effects.recorded(environ=os.environ))
+    monkeypatch.setattr(gpus, "visible_gpu_count", LIVE_GPU_COUNT)
+
+
+def test_no_gpu_is_refused_before_vllm_starts(
+    vllm: Any, profile: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _no_gpu_host(monkeypatch)
+    vllm.DEVICE_TYPE = ""  # and vLLM would fail as the real one does
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    with pytest.raises(RuntimeNotReady) as caught:
+        LLM("m", profile=profile, tensor_parallel_size=1)
+    assert str(caught.value) == (
+        "no GPU is visible to this process: no NVIDIA driver found; vLLM needs one"
+    )
+    hint = caught.value.hint or ""
+    assert "NVIDIA GPU" in hint and "CUDA_VISIBLE_DEVICES (unset" in hint
+    assert "+cpu" in hint and "device='cpu'" not in hint  # this vLLM has no device option
+    assert "LLM.__init__" not in [what for what, _ in vllm.CALLS]
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")
+    with pytest.raises(RuntimeNotReady) as caught:
+        LLM("m", profile=profile, tensor_parallel_size=1)
+    assert "CUDA_VISIBLE_DEVICES (now '')" in (caught.value.hint or "")
+
+
+def test_no_gpu_with_a_cpu_capable_vllm(
+    vllm: Any, profile: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _no_gpu_host(monkeypatch)
+    fields = [(f.name, f.type, f) for f in dataclasses.fields(vllm.EngineArgs)]
+    with_device = dataclasses.make_dataclass(
+        "EngineArgs", [*fields, ("device", str, dataclasses.field(default="auto"))]
+    )
+    monkeypatch.setattr(vllm.entrypoints.llm, "EngineArgs", with_device)
+    monkeypatch.setattr(vllm, "EngineArgs", with_device)
+    with pytest.raises(RuntimeNotReady) as caught:
+        LLM("m", profile=profile, tensor_parallel_size=1)
+    assert "pass device='cpu'" in (caught.value.hint or "")
+    LLM("m", profile=profile, tensor_parallel_size=1, device="cpu")  # a CPU run is not refused
+    assert _init_kwargs(vllm)["device"] == "cpu"
+    monkeypatch.setattr(vllm, "__version__", "0.9.2+cpu")  # vLLM's CPU build
+    LLM("m", profile=profile, tensor_parallel_size=1)
+    monkeypatch.setattr(vllm, "__version__", "0.9.2+cu128")
+    with pytest.raises(RuntimeNotReady):
+        LLM("m", profile=profile, tensor_parallel_size=1)
+
+
+def test_vllm_device_failures_become_kvenv_errors(
+    vllm: Any, profile: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(gpus, "visible_gpu_count", lambda *a, **k: GpuCount(None, "unknown"))
+    vllm.DEVICE_TYPE = ""
+    with pytest.raises(RuntimeNotReady) as caught:
+        LLM("m", profile=profile)
+    message = str(caught.value)
+    assert message.startswith("vLLM 0.33.0 could not start: it found no usable GPU")
+    assert "(RuntimeError: Device string must not be empty)" in message
+    assert isinstance(caught.value.__cause__, RuntimeError)
+    assert "CUDA_VISIBLE_DEVICES" in (caught.value.hint or "")
+
+
+def test_other_vllm_failures_are_not_rewrapped(
+    vllm: Any, profile: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def broken(**kwargs: Any) -> None:
+        raise RuntimeError("CUDA out of memory")
+
+    monkeypatch.setattr(vllm, "LLM", broken)
+    with pytest.raises(RuntimeError, match=r"^CUDA out of memory$") as caught:
+        LLM("m", profile=profile)
+    assert not isinstance(caught.value, KvenvError)
 
 
 def test_attention_backend_as_an_environment_variable_on_old_vllm(

@@ -114,6 +114,12 @@ class _HttpsOnlyRedirects(urllib.request.HTTPRedirectHandler):
         return super().redirect_request(req, fp, code, msg, headers, newurl)
 
 
+def _content_length(value: str | None) -> int | None:
+    """A Content-Length header's value; None when absent or not ASCII digits ("²" is a digit
+    to ``str.isdigit`` but not to ``int``)."""
+    return int(value) if value and value.isascii() and value.isdigit() else None
+
+
 def _opener() -> urllib.request.OpenerDirector:
     return urllib.request.build_opener(_HttpsOnlyRedirects())
 
@@ -141,9 +147,10 @@ def download(
         with _opener().open(request, timeout=timeout) as response:
             check_url(response.geturl(), what="redirect to")
             length = response.headers.get("Content-Length")
-            total = int(length) if length and length.isdigit() else size
-            if size is not None and length and length.isdigit() and int(length) != size:
-                raise size_mismatch(shown, size, int(length))
+            announced = _content_length(length)
+            total = announced if announced is not None else size
+            if size is not None and announced is not None and announced != size:
+                raise size_mismatch(shown, size, announced)
             buffer = bytearray(CHUNK)
             view = memoryview(buffer)
             while True:
@@ -155,7 +162,6 @@ def download(
                 sink.write(view[:count])
                 if progress is not None:
                     progress(sink.size, total)
-            announced = int(length) if length and length.isdigit() else None
             if announced is not None and sink.size < announced:
                 raise TransientFetchError(
                     f"download failed: connection closed after {sink.size} of {announced} "

@@ -243,7 +243,7 @@ def range_metadata(session: Any, url: str, name: str, *, origin: str) -> bytes:
     if response.status_code != 206:
         raise FetchError(f"{_redact(url)} answered HTTP {response.status_code}")
     total = response.headers.get("Content-Range", "").rpartition("/")[2]
-    if not total.isdigit():
+    if not (total.isascii() and total.isdigit()):
         raise FetchError(f"{_redact(url)} gave no Content-Range size")
     final_url = str(response.url)
     remote = _RangeFile(session, final_url, int(total), response.content)

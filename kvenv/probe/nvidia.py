@@ -29,6 +29,7 @@ _PROC = re.compile(r"Kernel Module(?: for \S+)?\s+(\d+(?:\.\d+)+)")
 _BANNER_DRIVER = re.compile(r"Driver Version:\s*(\d+(?:\.\d+)+)")
 _BANNER_CUDA = re.compile(r"CUDA Version:\s*(\d+(?:\.\d+)+)")
 _CC = re.compile(r"\d+\.\d+")
+_ASCII_INT = re.compile(r"[0-9]+")  # str.isdigit() also accepts "²", which int() refuses
 
 
 @attrs.frozen
@@ -45,11 +46,17 @@ class PhysicalGpu:
 
 @attrs.frozen
 class GpuProbe:
-    """The driver (None: no NVIDIA driver found) and the GPUs visible to CUDA programs."""
+    """The driver (None: no NVIDIA driver found) and the GPUs visible to CUDA programs.
+
+    ``listed`` is False when the GPUs could not be told (a driver without a working listing,
+    or an ``nvidia-smi`` that did not answer); then ``gpus`` is empty but not a fact. No driver
+    and no answer from any tool is a fact: no GPU is visible.
+    """
 
     driver: DriverInfo | None
     gpus: tuple[GpuInfo, ...]
     notes: tuple[str, ...] = ()
+    listed: bool = True
 
 
 def parse_proc_version(text: str) -> str | None:
@@ -71,7 +78,7 @@ def parse_banner(text: str) -> tuple[str | None, str | None]:
 
 
 def _int(text: str) -> int | None:
-    return int(text) if text.isdigit() else None
+    return int(text) if _ASCII_INT.fullmatch(text) else None
 
 
 def parse_query(text: str, *, with_cc: bool = True) -> tuple[list[PhysicalGpu], list[str]]:
@@ -117,8 +124,9 @@ def select_visible(
 
 
 def _match_device(gpus: list[PhysicalGpu], entry: str) -> PhysicalGpu | None:
-    if entry.isdigit():
-        return next((g for g in gpus if g.index == int(entry)), None)
+    number = _int(entry)
+    if number is not None:
+        return next((g for g in gpus if g.index == number), None)
     if entry.lower().startswith(("gpu-", "mig-")) and len(entry) > 4:
         found = [g for g in gpus if g.uuid and g.uuid.lower().startswith(entry.lower())]
         return found[0] if len(found) == 1 else None
@@ -139,23 +147,24 @@ def _first_line(result: RunResult) -> str:
     return next((line.strip() for line in result.text.splitlines() if line.strip()), "")
 
 
-def _gpus_from_smi(smi: str, effects: Effects) -> tuple[list[PhysicalGpu] | None, list[str]]:
+def _gpus_from_smi(smi: str, effects: Effects) -> tuple[list[PhysicalGpu] | None, list[str], bool]:
+    """The GPUs ``nvidia-smi`` lists (None: it failed), notes, and whether it answered."""
     result = effects.run([smi, f"--query-gpu={FIELDS}", FORMAT], 20.0)
     with_cc = True
     if result is not None and result.returncode != 0 and "compute_cap" in result.text:
         result = effects.run([smi, f"--query-gpu={FIELDS_OLD}", FORMAT], 20.0)
         with_cc = False
     if result is None:
-        return None, ["nvidia-smi could not be run (timed out or not executable)"]
+        return None, ["nvidia-smi could not be run (timed out or not executable)"], False
     if result.returncode != 0:
         first = _first_line(result)
         if "no devices were found" in first.lower():
-            return [], ["nvidia-smi: no devices were found (driver present, no GPU visible)"]
-        return None, [f"nvidia-smi failed (exit {result.returncode}): {first[:200]}"]
+            return [], ["nvidia-smi: no devices were found (driver present, no GPU visible)"], True
+        return None, [f"nvidia-smi failed (exit {result.returncode}): {first[:200]}"], True
     gpus, notes = parse_query(result.stdout, with_cc=with_cc)
     if not with_cc:
         notes.append("this nvidia-smi cannot report compute capability (driver before 510)")
-    return gpus, notes
+    return gpus, notes, True
 
 
 def probe_gpus(effects: Effects) -> GpuProbe:
@@ -179,13 +188,14 @@ def probe_gpus(effects: Effects) -> GpuProbe:
     if driver is not None:
         driver = attrs.evolve(driver, cuda_max=cuda_max)
     physical: list[PhysicalGpu] | None
+    answered = True
     if reading is not None:
         physical = [
             PhysicalGpu(g.index, g.name, g.uuid, g.compute_capability, g.memory_mib)
             for g in reading.gpus
         ]
     elif smi is not None:
-        physical, more = _gpus_from_smi(smi, effects)
+        physical, more, answered = _gpus_from_smi(smi, effects)
         notes.extend(more)
     else:
         physical = None
@@ -197,4 +207,5 @@ def probe_gpus(effects: Effects) -> GpuProbe:
     visible, note = select_visible(physical or [], effects.environ.get("CUDA_VISIBLE_DEVICES"))
     if note and physical is not None:
         notes.append(note)
-    return GpuProbe(driver, tuple(g.info() for g in visible), tuple(notes))
+    listed = physical is not None or (driver is None and answered)
+    return GpuProbe(driver, tuple(g.info() for g in visible), tuple(notes), listed)

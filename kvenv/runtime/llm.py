@@ -14,6 +14,7 @@ import difflib
 import importlib
 import inspect
 import os
+import re
 import shutil
 from collections.abc import Callable, Mapping
 from pathlib import Path
@@ -43,6 +44,14 @@ ATTENTION_ENV = "VLLM_ATTENTION_BACKEND"
 _OWN_KEYWORDS = frozenset({"attention_backend"})
 # From this vLLM on, pipeline stages get their own file names (model-pp-S-tp-R-part-P).
 _PP_PATTERN_SINCE = Version("0.32")
+# vLLM's and torch's own words when there is no usable device (the first is what vLLM 0.31.0
+# says on a host without a GPU: its platform is "unspecified" and torch.device("") fails).
+_DEVICE_FAILURE = re.compile(
+    r"device string must not be empty|failed to infer device type|found no nvidia driver"
+    r"|no cuda gpus are available|no cuda-capable device|cuda driver initialization failed"
+    r"|torch not compiled with cuda enabled",
+    re.IGNORECASE,
+)
 # The profile's runtime fields that become engine keywords as they are.
 _PLAIN_DEFAULTS = (
     "dtype",
@@ -194,10 +203,27 @@ def _positive(name: str, value: object) -> int:
     return value
 
 
-def check_gpus(tensor_parallel_size: int, pipeline_parallel_size: int = 1) -> None:
-    """Refuse a TP×PP world that needs more GPUs than are visible (skipped when unknown)."""
+def check_gpus(
+    tensor_parallel_size: int, pipeline_parallel_size: int = 1, *, cpu_fix: str | None = None
+) -> None:
+    """Refuse to start without a visible GPU, and a TP×PP world that needs more GPUs than are
+    visible (both skipped when the count is unknown). ``cpu_fix``: how to run on the CPU
+    instead, when the installed vLLM offers a way."""
     need = tensor_parallel_size * pipeline_parallel_size
     found = gpus.visible_gpu_count()
+    if found.count == 0:
+        visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+        fixes = [
+            "run on a machine with an NVIDIA GPU and its driver",
+            "check CUDA_VISIBLE_DEVICES"
+            + (f" (now {visible!r})" if visible is not None else " (unset: all GPUs)"),
+            cpu_fix or "a CPU run needs vLLM's CPU build (a version ending in +cpu)",
+            "validate_gpus=False skips this check",
+        ]
+        raise RuntimeNotReady(
+            f"no GPU is visible to this process: {found.source}; vLLM needs one",
+            hint="; ".join(fixes),
+        )
     if found.count is not None and need > found.count:
         what = f"tensor_parallel_size={tensor_parallel_size}"
         if pipeline_parallel_size > 1:
@@ -240,8 +266,12 @@ class LLM:
         self.dropped_defaults: tuple[str, ...] = dropped
         tp = _positive("tensor_parallel_size", engine.get("tensor_parallel_size", 1))
         pp = _positive("pipeline_parallel_size", engine.get("pipeline_parallel_size", 1))
-        if validate_gpus and engine.get("distributed_executor_backend") in (None, "mp", "uni"):
-            check_gpus(tp, pp)
+        if (
+            validate_gpus
+            and engine.get("distributed_executor_backend") in (None, "mp", "uni")
+            and not _other_device(engine.get("device"), self.vllm_version)
+        ):
+            check_gpus(tp, pp, cpu_fix=_cpu_fix(keywords))
         self.model = os.fspath(model)
         self.inspection: ShardInspection | None = None
         if engine.get("load_format") == "sharded_state":
@@ -254,7 +284,17 @@ class LLM:
             else:
                 os.environ.setdefault(key, value)
         self.engine_kwargs: dict[str, Any] = dict(engine)
-        self.llm: Any = vllm.LLM(model=self.model, **engine)
+        try:
+            self.llm: Any = vllm.LLM(model=self.model, **engine)
+        except RuntimeError as exc:
+            if not _DEVICE_FAILURE.search(str(exc)):
+                raise
+            raise RuntimeNotReady(
+                f"vLLM {self.vllm_version} could not start: it found no usable GPU "
+                f"({type(exc).__name__}: {exc})",
+                hint="run on a machine with an NVIDIA GPU and its driver, and check "
+                "CUDA_VISIBLE_DEVICES; `kvenv doctor` shows what this host offers",
+            ) from exc
 
     def __getattr__(self, name: str) -> Any:
         wrapped = self.__dict__.get("llm")
@@ -324,6 +364,24 @@ class KaggleLLM(LLM):
     custom all-reduce off, tensor_parallel_size 2, the Triton attention backend."""
 
     default_profile = KAGGLE_PROFILE
+
+
+def _other_device(device: object, version: str) -> bool:
+    """True when this run targets something other than an NVIDIA GPU: a ``device`` keyword
+    other than cuda/auto, or a vLLM build for another platform (``0.9.2+cpu``, ``+rocm6.3``,
+    ...; CUDA builds carry no local version or a ``+cuXYZ`` one)."""
+    if device is not None and str(device).lower() not in ("auto", "cuda", ""):
+        return True
+    parsed = _parse_version(version)
+    local = (parsed.local or "") if parsed is not None else ""
+    return bool(local) and not local.startswith("cu")
+
+
+def _cpu_fix(keywords: Keywords) -> str | None:
+    """How the installed vLLM can be told to run on the CPU, if its arguments offer a way."""
+    if "device" in keywords.engine_fields or "device" in keywords.llm_parameters:
+        return "pass device='cpu' if this vLLM was built with its CPU backend"
+    return None
 
 
 def _text(value: object) -> str | None:

@@ -11,6 +11,10 @@ __version__ = "0.33.0"
 # Every call the fake receives, in order: (what, details).
 CALLS: list[tuple[str, dict[str, Any]]] = []
 
+# The device type vLLM's platform detection found. "" is what the real vLLM (0.31.0) finds on a
+# host without a GPU; building an LLM then fails in torch.device("") as it does there.
+DEVICE_TYPE = "cuda"
+
 from vllm.engine.arg_utils import EngineArgs  # noqa: E402
 from vllm.entrypoints.llm import LLM  # noqa: E402
 from vllm.sampling_params import SamplingParams  # noqa: E402

@@ -122,6 +122,8 @@ class LLM:
         if "disable_log_stats" not in kwargs:
             kwargs["disable_log_stats"] = True
         self.engine_args = EngineArgs(**explicit, **kwargs)  # TypeError on an unknown name
+        if not vllm.DEVICE_TYPE:
+            raise RuntimeError("Device string must not be empty")  # torch.device("")
         vllm.CALLS.append(
             (
                 "LLM.__init__",
