@@ -17,10 +17,15 @@ protected names refused); fetching, sha256 verification of the wheel files and t
 are left out, as the other two do none of them either. Wall seconds and CPU seconds (user +
 sys of the child) are recorded for each run; the medians are compared.
 
+Every round writes into fresh directories and nothing is deleted until the end: on ext4 an
+inode freed in the last minute is skipped, slowly, when new files are created
+(``recently_deleted``), so deleting the previous round's trees just before one tool's run
+would charge that tool for it. The tools' order alternates between rounds for the same reason.
+
 Usage::
 
     python benchmarks/apply.py --wheels DIR [--exclude torch --exclude nvidia] [--rounds 3]
-        [--jobs N] [--out benchmarks/results/apply.json]
+        [--pip-rounds N] [--jobs N] [--out benchmarks/results/apply.json]
 
 ``DIR`` holds the wheels, e.g. from ``pip download --no-deps --only-binary=:all: -d DIR
 <requirements>`` or the cache of a Kaggle overlay apply. ``--exclude PREFIX`` leaves out wheels
@@ -71,13 +76,6 @@ def _timed(command: list[str]) -> tuple[float, float]:
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
     return wall, cpu
-
-
-def _fresh(base: Path, name: str) -> Path:
-    path = base / name
-    if path.exists():
-        shutil.rmtree(path)
-    return path
 
 
 def kvenv_command(wheels: dict[str, Path], store: Path, target: Path, jobs: int) -> list[str]:
@@ -131,7 +129,7 @@ def main() -> int:
     parser.add_argument("--wheels", type=Path, help="directory of the wheels to install")
     parser.add_argument("--exclude", action="append", default=[], metavar="PREFIX")
     parser.add_argument("--rounds", type=int, default=3)
-    parser.add_argument("--no-pip", action="store_true", help="leave pip out (slow on big sets)")
+    parser.add_argument("--pip-rounds", type=int, help="run pip in the first N rounds only (slow)")
     parser.add_argument("--jobs", type=int, default=os.cpu_count() or 2)
     parser.add_argument("--tmp", type=Path, help="where stores, caches and targets go")
     parser.add_argument("--out", type=Path, default=Path("benchmarks/results/apply.json"))
@@ -146,14 +144,17 @@ def main() -> int:
         parser.error(f"no wheels in {wheel_dir}")
     wheels = {_sha256(f): f for f in files}
     _warm_page_cache(files)
-    runs = [r for r in RUNS if not (args.no_pip and r == "pip")]
+    pip_rounds = args.rounds if args.pip_rounds is None else args.pip_rounds
+    runs = [r for r in RUNS if pip_rounds or r != "pip"]
     wall: dict[str, list[float]] = {k: [] for k in runs}
     cpu: dict[str, list[float]] = {k: [] for k in runs}
     with tempfile.TemporaryDirectory(prefix="kvenv-bench-", dir=args.tmp) as tmp:
         base = Path(tmp)
-        for _ in range(args.rounds):
-            store, cache = _fresh(base, "store"), _fresh(base, "uvcache")
-            k1, k2, u1, u2, p1 = (_fresh(base, n) for n in ("k1", "k2", "u1", "u2", "p1"))
+        for index in range(args.rounds):
+            here = base / f"round{index}"  # fresh dirs; nothing is deleted until the end
+            store, cache = here / "store", here / "uvcache"
+            k1, k2, u1, u2, p1 = (here / n for n in ("k1", "k2", "u1", "u2", "p1"))
+            here.mkdir()
             commands = {
                 "kvenv_cold": kvenv_command(wheels, store, k1, args.jobs),
                 "kvenv_warm": kvenv_command(wheels, store, k2, args.jobs),
@@ -161,13 +162,15 @@ def main() -> int:
                 "uv_warm": uv_command(files, cache, u2),
                 "pip": pip_command(files, p1),
             }
-            for name in runs:
+            pairs = [["kvenv_cold", "kvenv_warm"], ["uv_cold", "uv_warm"]]
+            order = pairs[index % 2] + pairs[1 - index % 2] + ["pip"]  # alternate who goes first
+            for name in (n for n in order if n in runs and (n != "pip" or index < pip_rounds)):
                 seconds, cpu_seconds = _timed(commands[name])
                 wall[name].append(seconds)
                 cpu[name].append(cpu_seconds)
                 print(f"{name:11} {seconds:7.2f} s wall {cpu_seconds:7.2f} s cpu", flush=True)
-        count, installed = _tree_size(base / "k2")
-        uv_count, _ = _tree_size(base / "u2")
+        count, installed = _tree_size(base / "round0" / "k2")
+        uv_count, _ = _tree_size(base / "round0" / "u2")
     medians = {k: statistics.median(v) for k, v in wall.items()}
     cpu_medians = {k: statistics.median(v) for k, v in cpu.items()}
     ratios = {
@@ -186,6 +189,7 @@ def main() -> int:
         "uv_installed_files": uv_count,
         "wheel_set_digest": hashlib.sha256("".join(sorted(wheels)).encode()).hexdigest(),
         "rounds": args.rounds,
+        "pip_rounds": min(pip_rounds, args.rounds),
         "jobs": args.jobs,
         "cpus": os.cpu_count(),
         "python": platform.python_version(),

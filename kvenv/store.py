@@ -140,7 +140,7 @@ def unpack_all(
         else:
             out[sha] = found
     if todo:
-        workers = max(1, min(jobs, len(todo)))
+        workers = max(1, min(_cpu_jobs(jobs), len(todo)))
         with ThreadPoolExecutor(workers, thread_name_prefix="kvenv-unpack") as pool:
             futures = {
                 sha: pool.submit(unpack, store, sha, path, protected=protected, jobs=workers)
@@ -151,6 +151,12 @@ def unpack_all(
                 if progress:
                     progress("unpack", done, len(todo))
     return {sha: out[sha] for sha in wheels}
+
+
+def _cpu_jobs(jobs: int) -> int:
+    """Threads for unpacking or linking: ``jobs`` (sized for downloads) but no more than the
+    CPUs, since inflating, hashing and file creation gain nothing from more (measured)."""
+    return max(1, min(jobs, os.cpu_count() or 1))
 
 
 def _size(path: Path) -> int:
@@ -180,11 +186,10 @@ def check_protected(entries: Sequence[StoreEntry], protected: Iterable[str]) -> 
     between profiles, so each generation checks again with its own protected set)."""
     names = protected_import_names(protected)
     for entry in entries:
-        for record_path in entry.dist.files:
-            if record_path.startswith("../"):
-                continue
-            first = record_path.split("/", 1)[0]
+        firsts = {path.split("/", 1)[0] for path in entry.dist.files if not path.startswith("../")}
+        for first in sorted(firsts):
             if import_name_of(first) in names:
+                record_path = next(p for p in entry.dist.files if p.split("/", 1)[0] == first)
                 raise IntegrityError(
                     f"{entry.dist.name} {entry.dist.version} would write {record_path!r} into "
                     f"the protected package {first!r}",
@@ -228,12 +233,12 @@ def link_layer(
                 _same_or_conflict(previous, (entry, record_path), Path(dest))
                 continue
             plan[dest] = (entry, record_path)
-    directories = {dest.rpartition("/")[0] for dest in plan}
-    directories.update(str(d.parent) for _, _, d in scripts)
-    for directory in sorted(directories):
+    by_dir: dict[str, list[tuple[str, str]]] = {}
+    for dest, (entry, path) in plan.items():
+        by_dir.setdefault(dest.rpartition("/")[0], []).append((f"{entry.path}/site/{path}", dest))
+    for directory in sorted({str(d.parent) for _, _, d in scripts}):
         os.makedirs(directory, exist_ok=True)
-    items = [(f"{entry.path}/site/{path}", dest) for dest, (entry, path) in plan.items()]
-    _link_many(items, jobs=jobs, progress=progress)
+    _link_many(by_dir, jobs=_cpu_jobs(jobs), progress=progress)
     rewritten = _write_scripts(scripts, python)
     out: list[InstalledDist] = []
     for entry in entries:
@@ -279,12 +284,17 @@ LINK_CHUNK = 256  # files per task: few enough tasks to keep the pool's overhead
 
 
 def _link_many(
-    items: list[tuple[str, str]], *, jobs: int, progress: Progress | None = None
+    by_dir: Mapping[str, list[tuple[str, str]]], *, jobs: int, progress: Progress | None = None
 ) -> None:
-    if not items:
+    """Create each directory and hard-link its files; ``jobs`` threads take batches of whole
+    directories (``os.makedirs`` makes a parent another batch has not made yet)."""
+    directories = sorted(by_dir)
+    total = sum(len(items) for items in by_dir.values())
+    if not total:
         return
     link: Callable[[str, str], Any] = os.link
-    first_source, first_dest = items[0]
+    first_source, first_dest = by_dir[directories[0]][0]
+    os.makedirs(directories[0], exist_ok=True)
     try:
         os.link(first_source, first_dest)
     except OSError as exc:
@@ -292,26 +302,36 @@ def _link_many(
             raise
         link = shutil.copy2
         shutil.copy2(first_source, first_dest)
-    rest = items[1:]
-    if len(rest) < 2 * LINK_CHUNK or jobs <= 1:
-        for source, dest in rest:
-            link(source, dest)
-        if progress:
-            progress("link", len(items), len(items))
-        return
-    chunks = [rest[i : i + LINK_CHUNK] for i in range(0, len(rest), LINK_CHUNK)]
 
-    def run(chunk: list[tuple[str, str]]) -> int:
-        for source, dest in chunk:
-            link(source, dest)
-        return len(chunk)
+    def run(batch: list[str]) -> int:
+        count = 0
+        for directory in batch:
+            os.makedirs(directory, exist_ok=True)
+            for source, dest in by_dir[directory]:
+                if dest != first_dest:
+                    link(source, dest)
+                    count += 1
+        return count
 
+    batches: list[list[str]] = [[]]
+    size = 0
+    for directory in directories:
+        if size >= LINK_CHUNK:
+            batches.append([])
+            size = 0
+        batches[-1].append(directory)
+        size += len(by_dir[directory])
     done = 1
-    with ThreadPoolExecutor(jobs, thread_name_prefix="kvenv-link") as pool:
-        for count in pool.map(run, chunks):
-            done += count
-            if progress:
-                progress("link", done, len(items))
+    if total < 2 * LINK_CHUNK or jobs <= 1:
+        done += sum(run(batch) for batch in batches)
+    else:
+        with ThreadPoolExecutor(jobs, thread_name_prefix="kvenv-link") as pool:
+            for count in pool.map(run, batches):
+                done += count
+                if progress:
+                    progress("link", done, total)
+    if progress:
+        progress("link", done, total)
 
 
 def _write_scripts(scripts: list[tuple[StoreEntry, str, Path]], python: str) -> dict[str, str]:

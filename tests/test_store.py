@@ -128,3 +128,23 @@ def test_many_files_link_in_parallel(tmp_path: Path) -> None:
     entry = unpack(tmp_path / "store", sha256_of(wheel), wheel)
     link_layer([entry], _layout(tmp_path / "g"), python=sys.executable, jobs=4)
     assert len(list((tmp_path / "g" / "overlay" / "big").iterdir())) == 1200
+
+
+def test_many_directories_link_in_parallel_batches(tmp_path: Path) -> None:
+    files = {f"wide/d{d}/m{i}.py": f"X = {d * 100 + i}\n" for d in range(40) for i in range(30)}
+    wheel = build_wheel(tmp_path / "w", "wide", "1", files=files)
+    entry = unpack(tmp_path / "store", sha256_of(wheel), wheel)
+    reports: list[tuple[str, int, int]] = []
+    link_layer(
+        [entry],
+        _layout(tmp_path / "g"),
+        python=sys.executable,
+        jobs=4,
+        progress=lambda what, done, total: reports.append((what, done, total)),
+    )
+    total = len(entry.dist.files)
+    assert reports[-1] == ("link", total, total)
+    for path in files:
+        linked = tmp_path / "g" / "overlay" / path
+        assert linked.read_text() == files[path]
+        assert os.stat(linked).st_ino == os.stat(entry.source_of(path)).st_ino

@@ -256,3 +256,109 @@ def test_import_name_folding() -> None:
     assert import_name_of("Torch.cpython-312-x86_64-linux-gnu.so") == "torch"
     assert import_name_of("torch_audio") == "torch_audio"
     assert import_name_of("torchvision") == "torchvision"
+
+
+def _bulky_wheel(directory: Path, methods: tuple[int, ...]) -> Path:
+    """A wheel whose members use each compression method in turn, some larger than a chunk."""
+    import random
+
+    rng = random.Random(7)
+    files: dict[str, bytes | str] = {
+        f"bulky/m{i}.bin": rng.randbytes(rng.randrange(0, 50_000)) + b"z" * (i * 997)
+        for i in range(24)
+    }
+    files["bulky/__init__.py"] = "B = 1\n"
+    wheel = build_wheel(directory, "bulky", "1", files=files)
+    with zipfile.ZipFile(wheel) as zf:
+        entries = [(info, zf.read(info)) for info in zf.infolist()]
+    with zipfile.ZipFile(wheel, "w") as zf:
+        for index, (info, data) in enumerate(entries):
+            info.compress_type = methods[index % len(methods)]
+            zf.writestr(info, data)
+    return wheel
+
+
+def _snapshot(root: Path) -> dict[str, tuple[int, bytes]]:
+    return {
+        str(p.relative_to(root)): (p.stat().st_mode, p.read_bytes())
+        for p in sorted(root.rglob("*"))
+        if p.is_file()
+    }
+
+
+@pytest.mark.parametrize("library", ["default", "zlib"])
+def test_split_and_chunked_writes_match_a_plain_install(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, library: str
+) -> None:
+    import zlib
+
+    from kvenv import wheelinstall
+
+    if library == "zlib":
+        monkeypatch.setattr(
+            wheelinstall, "_inflate_lib", lambda: (zlib.decompressobj, (zlib.error,))
+        )
+    methods = (zipfile.ZIP_DEFLATED, zipfile.ZIP_STORED, zipfile.ZIP_BZIP2, zipfile.ZIP_LZMA)
+    wheel = _bulky_wheel(tmp_path / "w", methods)
+    plain = install_wheel(wheel, tmp_path / "plain")
+    monkeypatch.setattr(wheelinstall, "SPLIT_BYTES", 0)
+    monkeypatch.setattr(wheelinstall, "READ_CHUNK", 4096)
+    monkeypatch.setattr(wheelinstall, "OUT_CHUNK", 1000)
+    split = install_wheel(wheel, tmp_path / "split", jobs=4)
+    assert split == plain
+    assert _snapshot(tmp_path / "split") == _snapshot(tmp_path / "plain")
+    with zipfile.ZipFile(wheel) as zf:
+        for name in ("bulky/m5.bin", "bulky/m23.bin"):
+            assert (tmp_path / "split" / name).read_bytes() == zf.read(name)
+
+
+def test_split_install_rolls_back_everything_on_a_mismatch(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from kvenv import wheelinstall
+
+    wheel = _bulky_wheel(tmp_path / "w", (zipfile.ZIP_DEFLATED,))
+    _rewrite(wheel, replace={"bulky/m3.bin": b"evil"})
+    monkeypatch.setattr(wheelinstall, "SPLIT_BYTES", 0)
+    target = tmp_path / "t"
+    target.mkdir()
+    (target / "keep.txt").write_text("user file")
+    with pytest.raises(IntegrityError, match=r"does not match its RECORD: .*bulky/m3.bin"):
+        install_wheel(wheel, target, jobs=4)
+    assert _tree(target) == ["keep.txt"]
+
+
+@pytest.mark.parametrize("library", ["default", "zlib"])
+def test_corrupt_compressed_data_is_refused(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, library: str
+) -> None:
+    import zlib
+
+    from kvenv import wheelinstall
+
+    if library == "zlib":
+        monkeypatch.setattr(
+            wheelinstall, "_inflate_lib", lambda: (zlib.decompressobj, (zlib.error,))
+        )
+    wheel = _bulky_wheel(tmp_path / "w", (zipfile.ZIP_DEFLATED,))
+    with zipfile.ZipFile(wheel) as zf:
+        info = zf.getinfo("bulky/m20.bin")
+    raw = bytearray(wheel.read_bytes())
+    start = info.header_offset + 30 + len(info.filename) + len(info.extra)
+    for offset in range(start + 8, start + info.compress_size - 8, 97):
+        raw[offset] ^= 0x5A
+    wheel.write_bytes(bytes(raw))
+    target = tmp_path / "t"
+    with pytest.raises(IntegrityError, match=r"bulky/m20\.bin"):
+        install_wheel(wheel, target)
+    assert not target.exists() or _tree(target) == []
+
+
+def test_a_lying_local_header_is_refused(tmp_path: Path) -> None:
+    wheel = build_wheel(tmp_path / "w", "liar", "1")
+    raw = wheel.read_bytes()
+    name = b"liar/__init__.py"
+    index = raw.index(name)  # the first occurrence is the local header's copy
+    wheel.write_bytes(raw[:index] + b"liar/__evil__.py" + raw[index + len(name) :])
+    with pytest.raises(IntegrityError, match="local header does not match"):
+        install_wheel(wheel, tmp_path / "t")
