@@ -83,6 +83,7 @@ class ApplyResult:
     manifest: str | None
     removed: list[str] = attrs.field(factory=list)
     notes: list[str] = attrs.field(factory=list)
+    warnings: list[str] = attrs.field(factory=list)  # waived RECORD lies, file conflicts
 
 
 def _test_kill(point: str) -> None:
@@ -425,7 +426,11 @@ def _build_and_switch(
         raise InputError(f"artifacts missing after fetch: {', '.join(missing)}")
     _test_kill("verify")
     wheels = {a.sha256: files[a.sha256] for a in artifacts}
-    entries = unpack_all(locations.store, wheels, protected=protected, jobs=jobs)
+    waivers = [w.name for w in loaded.profile.overlay.record_waivers]
+    # A waived RECORD is accepted while unpacking; linking accepts it in the overlay only.
+    entries = unpack_all(
+        locations.store, wheels, protected=protected, record_waivers=waivers, jobs=jobs
+    )
     generation = new_generation_id()
     gen = generation_dir(root, generation)
     interpreter = python or host.python.executable or sys.executable
@@ -437,13 +442,20 @@ def _build_and_switch(
     native_layout.bin.mkdir()  # shared by both layers
     natives = [entries[a.sha256] for a in artifacts if a.role == "native"]
     overlays = [entries[a.sha256] for a in artifacts if a.role == "overlay"]
-    native_dists = link_layer(
-        natives, native_layout, python=interpreter, protected=protected, jobs=jobs
+    native_layer = link_layer(
+        natives, native_layout, python=interpreter, protected=protected, layer="native", jobs=jobs
     )
     _test_kill("install-native")
-    overlay_dists = link_layer(
-        overlays, overlay_layout, python=interpreter, protected=protected, jobs=jobs
+    overlay_layer = link_layer(
+        overlays,
+        overlay_layout,
+        python=interpreter,
+        protected=protected,
+        record_waivers=waivers,
+        jobs=jobs,
     )
+    native_dists, overlay_dists = native_layer.dists, overlay_layer.dists
+    conflicts = native_layer.conflicts + overlay_layer.conflicts
     _test_kill("install-overlay")
     activation, notes = build_activation(
         generation=gen,
@@ -467,6 +479,7 @@ def _build_and_switch(
             wheel_sha256=Sha256(sha),
             top_level=list(d.top_level),
             scripts=list(d.scripts),
+            record_waived=list(d.record_waived),
         )
         for i, (d, sha) in enumerate(zip(native_dists + overlay_dists, shas, strict=True))
     ]
@@ -498,6 +511,7 @@ def _build_and_switch(
         host_protected=_host_protected(loaded, host),
         python=interpreter,
         notes=notes,
+        conflicts=conflicts,
     )
     manifest_path = gen / MANIFEST_NAME
     write_manifest(manifest_path, manifest)
@@ -509,7 +523,35 @@ def _build_and_switch(
     _test_kill("write-shims")
     keep = {generation} | ({previous} if previous else set())
     removed = remove_generations(locations, keep, incomplete_only=False)
-    return ApplyResult("applied", plan, str(root), generation, str(manifest_path), removed, notes)
+    return ApplyResult(
+        "applied",
+        plan,
+        str(root),
+        generation,
+        str(manifest_path),
+        removed,
+        notes,
+        apply_warnings(manifest),
+    )
+
+
+def apply_warnings(manifest: Manifest) -> list[str]:
+    """One line per waived RECORD mismatch and per resolved file conflict of ``manifest``."""
+    out: list[str] = []
+    for dist in manifest.distributions:
+        for lie in dist.record_waived:
+            out.append(
+                f"{dist.name} {dist.version}: {lie.file} does not match its RECORD "
+                f"(RECORD {lie.expected}, file {lie.actual}); accepted by the profile's "
+                "record waiver, verified against the actual digest"
+            )
+    for conflict in manifest.conflicts:
+        out.append(
+            f"{conflict.winner} and {conflict.loser} both provide {conflict.file} with "
+            f"different contents; kept {conflict.winner}'s (first in name order), "
+            f"{conflict.loser}'s is shadowed"
+        )
+    return out
 
 
 def switch(locations: Locations, generation: str, previous: str | None) -> None:

@@ -52,6 +52,29 @@ class GenerationDirs:
 
 
 @attrs.frozen
+class RecordMismatch:
+    """A file whose bytes differ from the hash or size its wheel's RECORD gives, accepted
+    because the profile waives that wheel's RECORD (``[[overlay.record_waivers]]``).
+    ``expected`` and ``actual`` are RECORD columns: ``sha256=<urlsafe b64>,<size>``."""
+
+    file: str
+    expected: str
+    actual: str
+
+
+@attrs.frozen
+class FileConflict:
+    """Two wheels of one layer providing the same file with different bytes: the one first in
+    canonical name order (the lock's order) keeps it; the other's RECORD entry is shadowed.
+    ``file`` is the RECORD path, relative to the layer's directory."""
+
+    file: str
+    winner: str
+    loser: str
+    layer: Layer = "overlay"
+
+
+@attrs.frozen
 class InstalledDistribution:
     name: str
     version: str
@@ -61,6 +84,7 @@ class InstalledDistribution:
     wheel_sha256: Sha256
     top_level: list[str] = attrs.field(factory=list)
     scripts: list[str] = attrs.field(factory=list)
+    record_waived: list[RecordMismatch] = attrs.field(factory=list)
 
 
 @attrs.frozen
@@ -100,6 +124,7 @@ class Manifest:
     host_protected: list[HostPackage] = attrs.field(factory=list)
     python: str | None = None
     notes: list[str] = attrs.field(factory=list)
+    conflicts: list[FileConflict] = attrs.field(factory=list)
 
     @property
     def generation(self) -> str:

@@ -146,7 +146,16 @@ class Native:
 
 @attrs.frozen
 class Overlay:
+    """The overlay lock, and the wheels whose RECORD may lie about hashes and sizes.
+
+    A wheel named in ``record_waivers`` is installed even where its RECORD's hash or size of a
+    file differs from the file's bytes (an upstream packaging defect): the installed RECORD
+    then lists the actual digests and the manifest records each waived mismatch. Structural
+    defects (files missing from RECORD, absent files listed, bad rows) are never waived.
+    """
+
     lock: RelPath | None = None
+    record_waivers: list[Waiver] = attrs.field(factory=list)
 
 
 @attrs.frozen

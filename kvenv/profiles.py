@@ -322,6 +322,13 @@ def check_profile(profile: Profile, *, file: str | None = None) -> list[Problem]
     for index, name in enumerate(waived):
         if name in waived[:index]:
             add(f"$.host.waivers[{index}].name", f"{name!r} is waived twice", "waive it once")
+    record_waived = [canonicalize_name(w.name) for w in profile.overlay.record_waivers]
+    for index, name in enumerate(record_waived):
+        where = f"$.overlay.record_waivers[{index}].name"
+        if name in record_waived[:index]:
+            add(where, f"{name!r} is waived twice", "waive it once")
+        elif name in protected:
+            add(where, f"{name!r} is protected on the host and never installed", "remove it")
     target = profile.target
     if target is not None and target.implementation == "cpython" and not target.pure:
         want = "cp" + target.python_version.replace(".", "")
@@ -424,5 +431,9 @@ def profile_digest(profile: Profile) -> str:
     import hashlib
     import json
 
-    canonical = json.dumps(profile_to_dict(profile), sort_keys=True, separators=(",", ":"))
+    data = profile_to_dict(profile)
+    if not data.get("overlay", {}).get("record_waivers", True):
+        # Added later: without waivers a profile keeps the digest its locks recorded.
+        del data["overlay"]["record_waivers"]
+    canonical = json.dumps(data, sort_keys=True, separators=(",", ":"))
     return "sha256:" + hashlib.sha256(canonical.encode()).hexdigest()

@@ -11,6 +11,18 @@ paths (``../bin/x``) stay valid because the generation has the same sibling layo
 Console scripts are stored with the portable ``#!python`` shebang and written into a
 generation with its interpreter's shebang; such a distribution gets a fresh RECORD with the
 scripts' new hashes (every other file and RECORD is a link).
+
+Two wheels of one layer providing the same file: identical bytes are one file; different bytes
+are resolved deterministically, as ``pip install --target`` does for the first wheel it
+installs: the distribution first in canonical name order (the lock's order) keeps the file and
+the conflict is reported (:class:`kvenv.manifest.FileConflict`). A file the overlay would add
+to the directories it shares with the native layer (``bin``, ``data``, ``include``) that the
+native wheel already provides with other bytes is an error: the overlay never replaces the
+native wheel's files. (Same-named modules in ``native/`` and ``overlay/`` are separate files;
+which one imports is the activation's order, overlay first.)
+
+A store entry unpacked with a waived RECORD (its hash/size lies are in the marker) is linked
+only into a layer whose profile waives that distribution too.
 """
 
 from __future__ import annotations
@@ -33,10 +45,19 @@ import attrs
 
 from kvenv import convert
 from kvenv.errors import InputError, InstallError, IntegrityError
-from kvenv.wheelinstall import InstalledDist, import_name_of, install_wheel, protected_import_names
+from kvenv.manifest import FileConflict, Layer
+from kvenv.wheelinstall import (
+    InstalledDist,
+    fold,
+    import_name_of,
+    install_wheel,
+    protected_import_names,
+)
 
 MARKER = ".kvenv-store.json"
-STORE_FORMAT = 1
+# 2: the marker records the RECORD lies a waiver accepted (``record_waived``); an entry of
+# format 1 cannot say whether it has any, so it is unpacked again.
+STORE_FORMAT = 2
 PORTABLE_PYTHON = "python"
 LAYOUT = ("site", "bin", "data", "include")
 
@@ -81,10 +102,17 @@ def lookup(store: Path, sha256: str) -> StoreEntry | None:
 
 
 def unpack(
-    store: Path, sha256: str, wheel: Path, *, protected: Iterable[str] = (), jobs: int = 1
+    store: Path,
+    sha256: str,
+    wheel: Path,
+    *,
+    protected: Iterable[str] = (),
+    record_waivers: Iterable[str] = (),
+    jobs: int = 1,
 ) -> StoreEntry:
     """Unpack ``wheel`` (already verified to have ``sha256``) into the store, once; a large
-    wheel is written by ``jobs`` threads."""
+    wheel is written by ``jobs`` threads. ``record_waivers`` names the distributions whose
+    RECORD hash/size lies are accepted (and kept in the entry's marker)."""
     found = lookup(store, sha256)
     if found is not None:
         return found
@@ -102,6 +130,7 @@ def unpack(
             bin_dir=temp / "bin",
             data_dir=temp / "data",
             include_dir=temp / "include",
+            record_waivers=record_waivers,
             jobs=jobs,
         )
         marker = convert.unstructure(_Marker(STORE_FORMAT, sha256, dist))
@@ -126,11 +155,13 @@ def unpack_all(
     wheels: Mapping[str, Path],
     *,
     protected: Iterable[str] = (),
+    record_waivers: Iterable[str] = (),
     jobs: int = 8,
     progress: Progress | None = None,
 ) -> dict[str, StoreEntry]:
     """Unpack every wheel (sha256 -> verified file) not yet in the store, in parallel."""
     protected = tuple(protected)
+    waivers = tuple(record_waivers)
     out: dict[str, StoreEntry] = {}
     todo: dict[str, Path] = {}
     for sha, path in wheels.items():
@@ -143,7 +174,15 @@ def unpack_all(
         workers = max(1, min(_cpu_jobs(jobs), len(todo)))
         with ThreadPoolExecutor(workers, thread_name_prefix="kvenv-unpack") as pool:
             futures = {
-                sha: pool.submit(unpack, store, sha, path, protected=protected, jobs=workers)
+                sha: pool.submit(
+                    unpack,
+                    store,
+                    sha,
+                    path,
+                    protected=protected,
+                    record_waivers=waivers,
+                    jobs=workers,
+                )
                 for sha, path in sorted(todo.items(), key=lambda kv: -_size(kv[1]))
             }
             for done, (sha, future) in enumerate(futures.items(), 1):
@@ -198,43 +237,77 @@ def check_protected(entries: Sequence[StoreEntry], protected: Iterable[str]) -> 
                 )
 
 
+def check_record_waivers(entries: Sequence[StoreEntry], record_waivers: Iterable[str]) -> None:
+    """Refuse a store entry whose RECORD lies about some file's hash or size unless this
+    profile waives that distribution's RECORD (the store is shared between profiles)."""
+    waived = {fold(name) for name in record_waivers}
+    for entry in entries:
+        lies = entry.dist.record_waived
+        if lies and fold(entry.dist.name) not in waived:
+            shown = ", ".join(m.file for m in lies[:3]) + (" ..." if len(lies) > 3 else "")
+            raise IntegrityError(
+                f"wheel content does not match its RECORD: {entry.dist.name} "
+                f"{entry.dist.version} ({len(lies)} file(s): {shown})",
+                hint="nothing was installed; if the published wheel is known to ship a wrong "
+                "RECORD, waive it in the profile: [[overlay.record_waivers]] with a reason",
+            )
+
+
+@attrs.frozen
+class LinkedLayer:
+    """What :func:`link_layer` built: each distribution (RECORD digest as in the generation)
+    and the file conflicts it resolved."""
+
+    dists: list[InstalledDist]
+    conflicts: list[FileConflict]
+
+
+_Source = tuple[StoreEntry, str]  # a store entry and a RECORD path in it
+
+
 def link_layer(
     entries: Sequence[StoreEntry],
     layout: GenerationLayout,
     *,
     python: str,
     protected: Iterable[str] = (),
+    record_waivers: Iterable[str] = (),
+    layer: Layer = "overlay",
     jobs: int = 8,
     progress: Progress | None = None,
-) -> list[InstalledDist]:
+) -> LinkedLayer:
     """Build one layer (native or overlay) of a generation from store entries.
 
     The file list comes from each entry's marker (no RECORD is parsed, no file is stat'ed);
     each directory is created once and the files are hard-linked by ``jobs`` threads.
-    Two distributions providing the same path is allowed only when the bytes are identical.
-    Returns each distribution with the digest of its RECORD as it is in the generation.
+    Two distributions providing the same path with different bytes: the first in canonical
+    name order keeps it and the conflict is returned. A file of the directories shared with
+    another layer that exists already with other bytes is an :class:`InstallError`.
     """
     check_protected(entries, protected)
+    check_record_waivers(entries, record_waivers)
     bases = {name: str(getattr(layout, name)) for name in ("site", "bin", "data", "include")}
-    plan: dict[str, tuple[StoreEntry, str]] = {}
-    scripts: list[tuple[StoreEntry, str, Path]] = []
+    plan: dict[str, _Source] = {}
+    others: dict[str, list[_Source]] = {}
     for entry in entries:
         record_name = f"{entry.dist.dist_info}/RECORD"
         skip_record = bool(entry.dist.scripts)  # rewritten below with the scripts' real hashes
         for record_path in entry.dist.files:
-            dest = _destination_text(bases, record_path)
-            if record_path.startswith("../bin/"):
-                scripts.append((entry, record_path, Path(dest)))
-                continue
             if skip_record and record_path == record_name:
                 continue
-            previous = plan.get(dest)
-            if previous is not None:
-                _same_or_conflict(previous, (entry, record_path), Path(dest))
-                continue
-            plan[dest] = (entry, record_path)
+            dest = _destination_text(bases, record_path)
+            if dest in plan:
+                others.setdefault(dest, []).append((entry, record_path))
+            else:
+                plan[dest] = (entry, record_path)
+    conflicts = _resolve(plan, others, layer)
+    _drop_shared(plan, bases["site"])
     by_dir: dict[str, list[tuple[str, str]]] = {}
+    scripts: list[tuple[StoreEntry, str, Path]] = []
     for dest, (entry, path) in plan.items():
+        if path.startswith("../bin/"):
+            scripts.append((entry, path, Path(dest)))
+            continue
         by_dir.setdefault(dest.rpartition("/")[0], []).append((f"{entry.path}/site/{path}", dest))
     for directory in sorted({str(d.parent) for _, _, d in scripts}):
         os.makedirs(directory, exist_ok=True)
@@ -247,7 +320,51 @@ def link_layer(
             _write_record(entry, record, rewritten)
         digest = "sha256:" + hashlib.sha256(record.read_bytes()).hexdigest()
         out.append(attrs.evolve(entry.dist, record_digest=digest))
-    return out
+    return LinkedLayer(out, conflicts)
+
+
+def _resolve(
+    plan: dict[str, _Source], others: Mapping[str, list[_Source]], layer: Layer
+) -> list[FileConflict]:
+    """For each path several distributions provide: the first in canonical name order keeps
+    it (``plan`` is updated); every one whose bytes differ from the winner's is a conflict."""
+    from packaging.utils import canonicalize_name
+
+    conflicts: list[FileConflict] = []
+    for dest in sorted(others):
+        providers = sorted(
+            [plan[dest], *others[dest]], key=lambda s: canonicalize_name(s[0].dist.name)
+        )
+        winner = providers[0]
+        plan[dest] = winner
+        for loser in providers[1:]:
+            if loser[0] is winner[0] or _same_bytes(
+                winner[0].source_of(winner[1]), loser[0].source_of(loser[1])
+            ):
+                continue
+            conflicts.append(FileConflict(loser[1], winner[0].dist.name, loser[0].dist.name, layer))
+    return conflicts
+
+
+def _drop_shared(plan: dict[str, _Source], site: str) -> None:
+    """Files bound for a directory shared with another layer (``bin``, ``data``, ``include``)
+    that exist already: identical bytes are left as they are, others are an error."""
+    for dest in [d for d in plan if not d.startswith(site + "/") and os.path.lexists(d)]:
+        entry, path = plan[dest]
+        if path.startswith("../bin/"):
+            continue  # a script is compared once its shebang is rewritten (_write_scripts)
+        if not _same_bytes(entry.source_of(path), Path(dest)):
+            raise _replaces_native(entry, dest)
+        del plan[dest]
+
+
+def _replaces_native(entry: StoreEntry, dest: str) -> InstallError:
+    return InstallError(
+        f"{entry.dist.name} {entry.dist.version} would replace {dest}, which the native "
+        "layer already provides with different contents",
+        hint="the overlay never replaces the native wheel's files; remove the wheel from "
+        "the overlay or pin a version that does not ship that file",
+    )
 
 
 def _destination_text(bases: Mapping[str, str], record_path: str) -> str:
@@ -258,20 +375,6 @@ def _destination_text(bases: Mapping[str, str], record_path: str) -> str:
             if record_path.startswith(prefix):
                 return f"{bases[name]}/{record_path[len(prefix) :]}"
     return f"{bases['site']}/{record_path}"
-
-
-def _same_or_conflict(
-    first: tuple[StoreEntry, str], second: tuple[StoreEntry, str], dest: Path
-) -> None:
-    a = first[0].source_of(first[1])
-    b = second[0].source_of(second[1])
-    if _same_bytes(a, b):
-        return
-    raise InstallError(
-        f"{first[0].dist.name} and {second[0].dist.name} both provide {dest.name} "
-        f"({first[1]}) with different contents",
-        hint="two wheels of the overlay overwrite each other; fix the lock so only one provides it",
-    )
 
 
 def _same_bytes(a: Path, b: Path) -> bool:
@@ -344,12 +447,9 @@ def _write_scripts(scripts: list[tuple[StoreEntry, str, Path]], python: str) -> 
         data = source.read_bytes()
         with fix_shebang(io.BytesIO(data), python) as fixed:
             content = fixed.read()
-        if dest.exists():
+        if dest.exists():  # written by the other layer (conflicts within a layer are resolved)
             if dest.read_bytes() != content:
-                raise InstallError(
-                    f"two distributions provide the script {dest.name} with different contents",
-                    hint="fix the lock so only one wheel provides it",
-                )
+                raise _replaces_native(entry, str(dest))
         else:
             dest.write_bytes(content)
             os.chmod(dest, source.stat().st_mode & 0o7777)

@@ -4,6 +4,11 @@
 hashing releases the GIL), checks each RECORD against the digest the manifest recorded, that no
 protected import name appeared in the generation, and that the protected host packages are
 still at the versions recorded when the generation was applied.
+
+A file two wheels provided with different bytes (a conflict resolved at apply time, in the
+manifest's ``conflicts``) is checked against the winner's RECORD; the loser's RECORD entry for it
+is shadowed, not drift (:func:`shadowed`). A waived RECORD needs nothing special: the installed
+RECORD lists the actual digests.
 """
 
 from __future__ import annotations
@@ -61,11 +66,20 @@ def _check_file(item: tuple[Path, str, str, str]) -> Drift | None:
     return None
 
 
+def shadowed(manifest: Manifest) -> list[str]:
+    """The RECORD entries that a file conflict's winner shadows, one line each."""
+    return [
+        f"{c.loser}'s {c.file} is shadowed by {c.winner}'s (checked against {c.winner}'s RECORD)"
+        for c in manifest.conflicts
+    ]
+
+
 def verify_files(manifest: Manifest, *, jobs: int = 8) -> list[Drift]:
-    """Every file of every distribution against its RECORD, and each RECORD against the
-    manifest's digest."""
+    """Every file of every distribution against its RECORD (less the entries a conflict's
+    winner shadows), and each RECORD against the manifest's digest."""
     drifts: list[Drift] = []
     items: list[tuple[Path, str, str, str]] = []
+    losers = {(c.layer, c.loser, c.file) for c in manifest.conflicts}
     for dist in manifest.distributions:
         site = _layer_dir(manifest, dist.layer)
         record = site / dist.dist_info / "RECORD"
@@ -79,7 +93,7 @@ def verify_files(manifest: Manifest, *, jobs: int = 8) -> list[Drift]:
                 Drift("record", str(record), f"RECORD of {dist.name} differs from the manifest")
             )
         for row in csv.reader(data.decode("utf-8").splitlines()):
-            if len(row) != 3 or not row[1]:
+            if len(row) != 3 or not row[1] or (dist.layer, dist.name, row[0]) in losers:
                 continue
             algorithm, _, value = row[1].partition("=")
             if algorithm not in hashlib.algorithms_available:

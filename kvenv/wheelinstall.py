@@ -15,7 +15,10 @@ decompressed or hashed twice. Console-script launchers (``installer.scripts.Scri
 rewriting (``installer.utils.fix_shebang``) and the installed ``RECORD``'s layout are
 ``installer``'s. A wheel over ``SPLIT_BYTES`` is written by several threads (zlib, hashlib and
 file writes release the GIL). A mismatch removes every file this call wrote, so a failed
-install leaves the target as it was.
+install leaves the target as it was. The one relaxation is the caller's to make: for a wheel
+named in ``record_waivers`` (the profile's ``[[overlay.record_waivers]]``) a file whose hash or
+size differs from RECORD is installed and reported (``InstalledDist.record_waived``); the
+installed RECORD lists the actual digest either way, and every structural check still applies.
 """
 
 from __future__ import annotations
@@ -39,6 +42,7 @@ import attrs
 from packaging.utils import InvalidWheelFilename, canonicalize_name, parse_wheel_filename
 
 from kvenv.errors import InstallError, IntegrityError
+from kvenv.manifest import RecordMismatch
 
 SCHEMES = ("purelib", "platlib", "scripts", "data", "headers")
 MAX_RECORD_BYTES = 64 << 20
@@ -64,6 +68,8 @@ class InstalledDist:
     top_level: tuple[str, ...]  # import names at the root of purelib/platlib
     scripts: tuple[str, ...]  # file names written into the scripts directory
     files: tuple[str, ...]  # RECORD paths, relative to the purelib/platlib root
+    # RECORD hash/size lies accepted because the wheel's RECORD was waived (archive paths)
+    record_waived: tuple[RecordMismatch, ...] = ()
 
 
 def fold(name: str) -> str:
@@ -297,7 +303,9 @@ def _inflate_lib() -> tuple[Callable[[int], Any], tuple[type[Exception], ...]]:
 def _mismatch(label: str) -> IntegrityError:
     return IntegrityError(
         f"wheel content does not match its RECORD: {label}",
-        hint="the wheel was altered after it was built; nothing was installed",
+        hint="the wheel was altered after it was built; nothing was installed (a wheel "
+        "published with a wrong RECORD can be waived in the profile: "
+        "[[overlay.record_waivers]] with a reason)",
     )
 
 
@@ -463,9 +471,18 @@ class _Verified:
                 self.hash.update(piece)
             yield piece
 
+    def digest(self, row: _Row) -> str:
+        return row.digest if self.hash is None else _b64(self.hash.digest())
+
     def matches(self, row: _Row) -> bool:
-        value = row.digest if self.hash is None else _b64(self.hash.digest())
-        return value == self.value and row.size == self.size
+        return self.digest(row) == self.value and row.size == self.size
+
+    def mismatch(self, path: str, row: _Row) -> RecordMismatch:
+        return RecordMismatch(
+            file=path,
+            expected=f"{self.algorithm}={self.value},{self.size}",
+            actual=f"{self.algorithm}={self.digest(row)},{row.size}",
+        )
 
 
 def _with_crc(pieces: Iterable[bytes], info: zipfile.ZipInfo, label: str) -> Iterator[bytes]:
@@ -488,6 +505,18 @@ class _Job:
     root_scheme: str
     interpreter: str
     verify: bool
+    waive_record: bool = False  # accept RECORD hash/size lies, collecting them in ``waived``
+    waived: list[RecordMismatch] = attrs.field(factory=list)
+
+
+def _check_row(job: _Job, verified: _Verified, path: str, row: _Row, label: str) -> None:
+    """Refuse a member whose bytes differ from its RECORD entry, unless the wheel's RECORD is
+    waived: then the mismatch is collected (the installed RECORD lists the actual digest)."""
+    if verified.matches(row):
+        return
+    if not job.waive_record:
+        raise _mismatch(label)
+    job.waived.append(verified.mismatch(path, row))
 
 
 def _install_member(job: _Job, info: zipfile.ZipInfo) -> _Row:
@@ -507,10 +536,10 @@ def _install_member(job: _Job, info: zipfile.ZipInfo) -> _Row:
     else:
         pieces = _with_crc(pieces, info, label)
     if scheme == "scripts":
-        return _install_script(job, path, pieces, verified, executable, label)
+        return _install_script(job, path, pieces, verified, executable, info.filename)
     row = job.writer.write(scheme, path, pieces, executable)
-    if verified is not None and not verified.matches(row):
-        raise _mismatch(label)
+    if verified is not None:
+        _check_row(job, verified, info.filename, row, label)
     return row
 
 
@@ -520,7 +549,7 @@ def _install_script(
     pieces: Iterable[bytes],
     verified: _Verified | None,
     executable: bool,
-    label: str,
+    member: str,
 ) -> _Row:
     """A ``.data/scripts`` file: checked as shipped, written with the interpreter's shebang."""
     from installer.utils import fix_shebang
@@ -528,8 +557,7 @@ def _install_script(
     data = b"".join(pieces)
     if verified is not None:
         shipped = _Row("scripts", path, _b64(hashlib.sha256(data).digest()), len(data))
-        if not verified.matches(shipped):
-            raise _mismatch(label)
+        _check_row(job, verified, member, shipped, f"{job.archive.where}: {member}")
     with fix_shebang(io.BytesIO(data), job.interpreter) as fixed:
         content = fixed.read()
     return job.writer.write("scripts", path, (content,), executable)
@@ -623,6 +651,7 @@ def install_wheel(
     data_dir: Path | None = None,
     include_dir: Path | None = None,
     verify_record: bool = True,
+    record_waivers: Iterable[str] = (),
     jobs: int = 1,
 ) -> InstalledDist:
     """Install ``wheel`` into ``target`` (the import root) and return what was installed.
@@ -630,7 +659,10 @@ def install_wheel(
     Console scripts go to ``bin_dir`` (default ``<target>/bin``) with a shebang for ``python``
     (default: this interpreter); ``.data/data`` to ``data_dir`` (default ``target``) and headers
     to ``include_dir/<name>`` (default ``<target>/include``). An existing file is never
-    overwritten. A wheel of more than ``SPLIT_BYTES`` is written by ``jobs`` threads. Raises
+    overwritten. A wheel of more than ``SPLIT_BYTES`` is written by ``jobs`` threads. When the
+    wheel's distribution is named in ``record_waivers``, a file whose hash or size differs from
+    its RECORD entry is installed and reported in ``record_waived`` (every structural check
+    still applies). Raises
     :class:`IntegrityError` for an unsafe wheel and :class:`InstallError` when writing fails;
     in both cases every file this call wrote is removed again.
     """
@@ -666,7 +698,16 @@ def install_wheel(
             fd = os.open(wheel, os.O_RDONLY | os.O_CLOEXEC)
             try:
                 archive = _Archive(wheel, fd, wheel.name)
-                job = _Job(archive, plan, writer, root, python or sys.executable, verify_record)
+                waive = fold(plan.name) in {fold(n) for n in record_waivers}
+                job = _Job(
+                    archive,
+                    plan,
+                    writer,
+                    root,
+                    python or sys.executable,
+                    verify_record,
+                    waive_record=waive,
+                )
                 rows = _entry_point_scripts(zf, job)
                 rows += _write_members(job, _members(zf, plan), jobs)
             finally:
@@ -701,6 +742,7 @@ def install_wheel(
         top_level=plan.top_level,
         scripts=script_names,
         files=files,
+        record_waived=tuple(sorted(job.waived, key=lambda m: m.file)),
     )
 
 

@@ -305,3 +305,64 @@ def test_edited_file_is_drift(env: tuple[Project, Locations, Path]) -> None:
     target.write_text("V = 'edited'\n")
     drifts = verify(manifest, host_snapshot(site))
     assert [(d.kind, Path(d.path).name) for d in drifts] == [("modified", "__init__.py")]
+
+
+def _liar_wheel(directory: Path) -> Path:
+    """A wheel whose RECORD gives a wrong hash and size for one file (its bytes are fine)."""
+    import zipfile
+
+    wheel = build_wheel(directory, "liar", "1", files={"liar/__init__.py": "X = 1\n"})
+    with zipfile.ZipFile(wheel) as zf:
+        entries = {info.filename: (info, zf.read(info)) for info in zf.infolist()}
+    info, data = entries["liar-1.dist-info/RECORD"]
+    text = data.decode().replace("liar/__init__.py,sha256=", "liar/__init__.py,sha256=AAAA", 1)
+    entries["liar-1.dist-info/RECORD"] = (info, text.replace(",6\n", ",7\n", 1).encode())
+    with zipfile.ZipFile(wheel, "w", compression=zipfile.ZIP_DEFLATED) as zf:
+        for info, content in entries.values():
+            zf.writestr(info, content)
+    return wheel
+
+
+def test_record_waiver_and_file_conflict(
+    tmp_path: Path, env: tuple[Project, Locations, Path]
+) -> None:
+    project, where, site = env
+    wheels = project.dir / "wheels"
+    zeta = build_wheel(wheels, "zeta", "1", files={"zeta/a.py": "", "build_backend.py": "Z = 1\n"})
+    alpha = build_wheel(wheels, "alpha", "1", files={"alpha/a.py": "", "build_backend.py": "A\n"})
+    overlay = [*project.overlay, zeta, _liar_wheel(wheels), alpha]
+    unwaived = write_project(project.dir, native=project.native, overlay=overlay)
+    with pytest.raises(IntegrityError, match=r"does not match its RECORD: .*liar/__init__.py"):
+        _apply(unwaived, where, site)
+    assert not where.root.exists() or current_state(where) == (None, None)
+    waiver = '\n[[overlay.record_waivers]]\nname = "Liar"\nreason = "published with a bad RECORD"\n'
+    with unwaived.profile_path.open("a") as stream:
+        stream.write(waiver)
+    result = _apply(unwaived, where, site)
+    _, manifest = current_state(where)
+    assert manifest is not None
+    lies = {d.name: d.record_waived for d in manifest.distributions}
+    assert [m.file for m in lies["liar"]] == ["liar/__init__.py"]
+    assert lies["liar"][0].expected.endswith(",7") and lies["liar"][0].actual.endswith(",6")
+    assert not any(v for k, v in lies.items() if k != "liar")
+    assert [(c.file, c.winner, c.loser) for c in manifest.conflicts] == [
+        ("build_backend.py", "alpha", "zeta")
+    ]
+    assert (Path(manifest.dirs.overlay) / "build_backend.py").read_text() == "A\n"
+    assert len(result.warnings) == 2
+    assert "liar 1: liar/__init__.py does not match its RECORD" in result.warnings[0]
+    assert "alpha and zeta both provide build_backend.py" in result.warnings[1]
+    # verify checks the winner's file and the waived wheel's actual digests: no drift
+    assert verify(manifest, host_snapshot(site)) == []
+    from kvenv.verify import shadowed
+
+    assert shadowed(manifest) == [
+        "zeta's build_backend.py is shadowed by alpha's (checked against alpha's RECORD)"
+    ]
+    (Path(manifest.dirs.overlay) / "build_backend.py").write_text("edited\n")
+    drifts = verify(manifest, host_snapshot(site))
+    assert [(d.kind, Path(d.path).name) for d in drifts] == [("modified", "build_backend.py")]
+    # the store entry was made under the waiver; a profile without it still refuses
+    without = write_project(project.dir, native=project.native, overlay=overlay, name="other")
+    with pytest.raises(IntegrityError, match=r"liar 1 \(1 file\(s\): liar/__init__.py\)"):
+        _apply(without, where, site)

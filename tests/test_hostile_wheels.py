@@ -211,3 +211,40 @@ def test_the_untouched_base_wheel_installs(tmp_path: Path) -> None:
     wheel = _base(tmp_path / "w")
     dist = install_wheel(wheel, tmp_path / "site", protected=PROTECTED, bin_dir=tmp_path / "b")
     assert dist.name == "goodpkg" and (tmp_path / "site" / "goodpkg" / "__init__.py").is_file()
+
+
+# What ``[[overlay.record_waivers]]`` accepts: a RECORD whose hash or size of a file is wrong.
+# Every other case stays refused for a waived distribution.
+WAIVABLE = frozenset({"record-wrong-hash", "record-wrong-size"})
+
+
+@pytest.mark.parametrize("case", sorted(HOSTILE))
+def test_a_record_waiver_accepts_only_hash_and_size_lies(tmp_path: Path, case: str) -> None:
+    import csv
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)  # zipfile: duplicate name
+        wheel = HOSTILE[case](tmp_path / "w")
+    target = tmp_path / "site"
+    waivers = ["goodpkg", "torch", "otherpkg"]
+    if case not in WAIVABLE:
+        before = tree_state(tmp_path)
+        with pytest.raises(KvenvError):
+            install_wheel(wheel, target, protected=PROTECTED, record_waivers=waivers)
+        assert tree_state(tmp_path) == before
+        return
+    dist = install_wheel(
+        wheel, target, protected=PROTECTED, bin_dir=tmp_path / "bin", record_waivers=["GoodPkg"]
+    )
+    assert [m.file for m in dist.record_waived] == ["goodpkg/__init__.py"]
+    lie = dist.record_waived[0]
+    assert lie.expected != lie.actual and lie.expected.startswith("sha256=")
+    content = (target / "goodpkg" / "__init__.py").read_bytes()
+    assert lie.actual == f"sha256={_b64(content)},{len(content)}"
+    # the installed RECORD lists the actual digests, so a later verify checks real content
+    record = (target / DIST_INFO / "RECORD").read_text()
+    for path, hash_, size in csv.reader(record.splitlines()):
+        if hash_:
+            data = (target / path).read_bytes()
+            assert (hash_, int(size)) == (f"sha256={_b64(data)}", len(data)), path

@@ -5,12 +5,14 @@ from __future__ import annotations
 import errno
 import os
 import sys
+import zipfile
 from pathlib import Path
 
 import pytest
 
 from kvenv import store
 from kvenv.errors import InstallError, IntegrityError
+from kvenv.manifest import FileConflict
 from kvenv.store import GenerationLayout, link_layer, lookup, unpack, unpack_all
 from tests.support.applyenv import helper_wheel, native_wheel, sha256_of
 from tests.support.wheels import build_wheel
@@ -66,7 +68,7 @@ def test_generation_is_hard_links_with_fixed_scripts(tmp_path: Path) -> None:
     layout = _layout(gen, "native")
     dists = link_layer(
         [entries[sha256_of(native)]], layout, python="/usr/bin/python3.99", protected=["torch"]
-    )
+    ).dists
     source = entries[sha256_of(native)].path / "site" / "nativepkg" / "__init__.py"
     linked = gen / "native" / "nativepkg" / "__init__.py"
     assert os.stat(source).st_ino == os.stat(linked).st_ino
@@ -101,18 +103,87 @@ def test_copies_when_links_fail(tmp_path: Path, monkeypatch: pytest.MonkeyPatch)
     assert os.stat(copied).st_ino != os.stat(entry.source_of("helper/__init__.py")).st_ino
 
 
-def test_identical_shared_files_are_fine_different_ones_conflict(tmp_path: Path) -> None:
+def test_identical_shared_files_are_fine_different_ones_resolve_by_name(tmp_path: Path) -> None:
     same = {"nspkg/__init__.py": ""}
     a = build_wheel(tmp_path / "w", "a", "1", files={**same, "a/x.py": ""})
     b = build_wheel(tmp_path / "w", "b", "1", files={**same, "b/x.py": ""})
     c = build_wheel(tmp_path / "w", "c", "1", files={"nspkg/__init__.py": "different = 1\n"})
     entries = unpack_all(tmp_path / "store", {sha256_of(w): w for w in (a, b, c)})
-    ok = [entries[sha256_of(a)], entries[sha256_of(b)]]
-    link_layer(ok, _layout(tmp_path / "g1"), python=sys.executable)
-    assert (tmp_path / "g1" / "overlay" / "b" / "x.py").exists()
-    clash = [entries[sha256_of(a)], entries[sha256_of(c)]]
-    with pytest.raises(InstallError, match=r"both provide __init__.py"):
-        link_layer(clash, _layout(tmp_path / "g2"), python=sys.executable)
+    ok = link_layer(
+        [entries[sha256_of(a)], entries[sha256_of(b)]], _layout(tmp_path / "g1"), python="py"
+    )
+    assert (tmp_path / "g1" / "overlay" / "b" / "x.py").exists() and ok.conflicts == []
+    # c is listed first, but a comes first in name order: a keeps the file, whatever the order
+    for order in ([c, a], [a, c]):
+        gen = tmp_path / f"g-{order[0].name[0]}"
+        layer = link_layer([entries[sha256_of(w)] for w in order], _layout(gen), python="py")
+        assert layer.conflicts == [FileConflict("nspkg/__init__.py", "a", "c", "overlay")]
+        assert (gen / "overlay" / "nspkg" / "__init__.py").read_text() == ""
+        assert [d.name for d in layer.dists] == [w.name[0] for w in order]
+
+
+def test_conflicting_scripts_resolve_by_name(tmp_path: Path) -> None:
+    z = build_wheel(tmp_path / "w", "zeta", "1", entry_points={"tool": "zeta:main"})
+    y = build_wheel(tmp_path / "w", "alpha", "1", entry_points={"tool": "alpha:main"})
+    entries = unpack_all(tmp_path / "store", {sha256_of(w): w for w in (z, y)})
+    layer = link_layer(
+        [entries[sha256_of(z)], entries[sha256_of(y)]], _layout(tmp_path / "g"), python="py"
+    )
+    assert layer.conflicts == [FileConflict("../bin/tool", "alpha", "zeta", "overlay")]
+    assert "alpha" in (tmp_path / "g" / "bin" / "tool").read_text()
+
+
+def test_overlay_never_replaces_a_native_file_of_a_shared_dir(tmp_path: Path) -> None:
+    data = "nat-1.data/data/share/nat/conf.txt"
+    native = build_wheel(tmp_path / "w", "nat", "1", files={"nat/__init__.py": "", data: "n"})
+    same = build_wheel(
+        tmp_path / "w", "ov", "1", files={"ov/__init__.py": "", data.replace("nat-1", "ov-1"): "n"}
+    )
+    other = build_wheel(
+        tmp_path / "w", "ov", "2", files={"ov/__init__.py": "", data.replace("nat-1", "ov-2"): "o"}
+    )
+    entries = unpack_all(tmp_path / "store", {sha256_of(w): w for w in (native, same, other)})
+    for name, wheel in (("ok", same), ("bad", other)):
+        gen = tmp_path / name
+        link_layer([entries[sha256_of(native)]], _layout(gen, "native"), python="py")
+        overlay = [entries[sha256_of(wheel)]]
+        if wheel is same:
+            link_layer(overlay, _layout(gen), python="py")
+            assert (gen / "data" / "share" / "nat" / "conf.txt").read_text() == "n"
+            continue
+        with pytest.raises(InstallError, match=r"ov 2 would replace .*conf.txt.*native layer"):
+            link_layer(overlay, _layout(gen), python="py")
+        assert (gen / "data" / "share" / "nat" / "conf.txt").read_text() == "n"
+
+
+def test_waived_store_entry_links_only_where_the_profile_waives_it(tmp_path: Path) -> None:
+    wheel = build_wheel(tmp_path / "w", "liar", "1", files={"liar/__init__.py": "x = 1\n"})
+    _lie_in_record(wheel, "liar-1.dist-info/RECORD", "liar/__init__.py")
+    with pytest.raises(IntegrityError, match="does not match its RECORD"):
+        unpack(tmp_path / "store", sha256_of(wheel), wheel)
+    entry = unpack(tmp_path / "store", sha256_of(wheel), wheel, record_waivers=["Liar"])
+    assert [m.file for m in entry.dist.record_waived] == ["liar/__init__.py"]
+    assert lookup(tmp_path / "store", sha256_of(wheel)) == entry  # the marker keeps the lies
+    with pytest.raises(IntegrityError, match=r"liar 1 \(1 file\(s\): liar/__init__.py\)"):
+        link_layer([entry], _layout(tmp_path / "g1"), python="py")
+    assert not (tmp_path / "g1" / "overlay" / "liar").exists()
+    link_layer([entry], _layout(tmp_path / "g2"), python="py", record_waivers=["liar"])
+    assert (tmp_path / "g2" / "overlay" / "liar" / "__init__.py").read_text() == "x = 1\n"
+
+
+def _lie_in_record(wheel: Path, record: str, path: str) -> None:
+    """Give ``path`` a wrong hash in the wheel's RECORD (the bytes themselves unchanged)."""
+    with zipfile.ZipFile(wheel) as zf:
+        entries = {info.filename: (info, zf.read(info)) for info in zf.infolist()}
+    info, data = entries[record]
+    rows = [
+        f"{path},sha256={'A' * 43},{len(entries[path][1])}" if row.startswith(f"{path},") else row
+        for row in data.decode().splitlines()
+    ]
+    entries[record] = (info, ("\n".join(rows) + "\n").encode())
+    with zipfile.ZipFile(wheel, "w", compression=zipfile.ZIP_DEFLATED) as zf:
+        for info, content in entries.values():
+            zf.writestr(info, content)
 
 
 def test_protected_is_checked_again_when_linking(tmp_path: Path) -> None:

@@ -257,6 +257,7 @@ def cmd_apply(args: argparse.Namespace) -> int:
                 "manifest": result.manifest,
                 "removed_generations": result.removed,
                 "notes": result.notes,
+                "warnings": result.warnings,
                 "plan": plan_to_dict(result.plan),
             }
         )
@@ -271,6 +272,8 @@ def cmd_apply(args: argparse.Namespace) -> int:
         out(f"manifest: {result.manifest}")
         for note in result.notes:
             out(f"note: {note}")
+        for warning in result.warnings:
+            err(f"warning: {warning}")
         out(f'activate with: eval "$(kvenv activate {loaded.profile.name})"')
     return 0
 
@@ -356,7 +359,7 @@ def cmd_status(args: argparse.Namespace) -> int:
 def cmd_verify(args: argparse.Namespace) -> int:
     from kvenv.apply import current_state, is_owned
     from kvenv.errors import InputError
-    from kvenv.verify import drift_error, verify
+    from kvenv.verify import drift_error, shadowed, verify
 
     loaded, locations = _load(args)
     manifest = current_state(locations)[1] if is_owned(locations.root) else None
@@ -372,6 +375,7 @@ def cmd_verify(args: argparse.Namespace) -> int:
                 "generation": manifest.generation,
                 "ok": not drifts,
                 "drift": [{"kind": d.kind, "path": d.path, "message": d.message} for d in drifts],
+                "shadowed": shadowed(manifest),
             }
         )
         return 1 if drifts else 0
@@ -379,6 +383,8 @@ def cmd_verify(args: argparse.Namespace) -> int:
         raise drift_error(drifts)
     files = sum(1 for _ in manifest.distributions)
     out(f"verified generation {manifest.generation}: {files} distributions match their RECORD")
+    for line in shadowed(manifest):
+        out(f"note: {line}")
     return 0
 
 

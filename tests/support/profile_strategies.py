@@ -102,7 +102,16 @@ def _repair(profile: Profile) -> Profile:
             native = attrs.evolve(native, source=source)
     waivers = list({canonicalize_name(w.name): w for w in profile.host.waivers}.values())
     host = attrs.evolve(profile.host, protected=protected, waivers=waivers)
-    return attrs.evolve(profile, target=target, runtime=runtime, native=native, host=host)
+    sacred = {canonicalize_name(n) for n in protected}
+    record_waivers = [
+        w
+        for w in {canonicalize_name(w.name): w for w in profile.overlay.record_waivers}.values()
+        if canonicalize_name(w.name) not in sacred
+    ]
+    overlay = attrs.evolve(profile.overlay, record_waivers=record_waivers)
+    return attrs.evolve(
+        profile, target=target, runtime=runtime, native=native, host=host, overlay=overlay
+    )
 
 
 def valid_profiles() -> st.SearchStrategy[Profile]:
