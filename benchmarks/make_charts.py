@@ -4,10 +4,11 @@
 
 Each result file is walked for measurements: a mapping with ``median_ms`` or ``median_s`` (or
 ``ms: {median: ...}``) is one row, named by its key; rows are grouped by file and the path of
-mappings above them. The tables (median, ratio to the fastest row of the group, and aims where
-the file states them) replace the block between ``<!-- results:start -->`` and
-``<!-- results:end -->`` in the doc; the chart is a hand-written SVG (no plotting library), one
-panel per group, bars on a linear scale of that panel.
+mappings above them. A file with both ``median_seconds`` and ``median_cpu_seconds`` (the apply
+benchmarks) gets one group for wall time and one for CPU time. The tables (median, ratio to the
+fastest row of the group, and aims where the file states them) replace the block between
+``<!-- results:start -->`` and ``<!-- results:end -->`` in the doc; the chart is a hand-written
+SVG (no plotting library), one panel per group, bars on a linear scale of that panel.
 """
 
 from __future__ import annotations
@@ -23,6 +24,9 @@ import attrs
 
 HERE = Path(__file__).resolve().parent
 START, END = "<!-- results:start -->", "<!-- results:end -->"
+# Sections of a result file that a newer file measures instead: (file stem, top-level key) ->
+# the newer file. They are named in the tables but not shown, so no stale figure is quoted.
+SUPERSEDED = {("vllm_closure", "apply"): "apply-vllm-closure.json"}
 
 
 @attrs.frozen
@@ -59,11 +63,14 @@ def rows_of(data: Any, group: str, case: str = "") -> Iterator[Row]:
     if median is not None and case:
         yield Row(group, case, median, _aim(data))
         return
+    split = any(str(k).startswith("median") and "cpu" in str(k) for k in data)
     for key, value in data.items():
         if not isinstance(value, dict):
             continue
         if str(key).startswith("median"):
-            yield from _median_table(value, group, 1.0 if "ms" in str(key) else 1000.0)
+            unit = 1.0 if "ms" in str(key) else 1000.0
+            clock = ("CPU (user + sys)" if "cpu" in str(key) else "wall") if split else ""
+            yield from _median_table(value, f"{group} / {clock}" if clock else group, unit)
         elif _median_ms(value) is not None:
             yield from rows_of(value, group, str(key))
         elif key == "results":
@@ -83,6 +90,24 @@ def _median_table(table: dict[str, Any], group: str, unit: float) -> Iterator[Ro
                     yield Row(f"{group} / {key}", str(case), float(number) * unit)
 
 
+def _current(data: Any, stem: str) -> Any:
+    """``data`` without its superseded top-level sections."""
+    if not isinstance(data, dict):
+        return data
+    return {k: v for k, v in data.items() if (stem, k) not in SUPERSEDED}
+
+
+def _rounded(value: Any) -> Any:
+    """``value`` with every float rounded to 3 significant digits, for quoting."""
+    if isinstance(value, float):
+        return float(f"{value:.3g}")
+    if isinstance(value, dict):
+        return {k: _rounded(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_rounded(v) for v in value]
+    return value
+
+
 def file_aims(data: Any) -> list[str]:
     """Top-level statements of aims and ratios a result file makes, as text."""
     notes: list[str] = []
@@ -91,7 +116,7 @@ def file_aims(data: Any) -> list[str]:
     keys = ("aim", "aims", "ratios", "ratio_kvenv_to_uv", "aim_met", "meets_aim", "aim_ms")
     for key in (*keys, "aim_above_bare_ms"):
         if key in data:
-            notes.append(f"{key}: {json.dumps(data[key])}")
+            notes.append(f"{key}: {json.dumps(_rounded(data[key]))}")
     for key, value in data.items():
         if isinstance(value, dict) and ("ratios" in value or "aims" in value):
             notes.extend(
@@ -109,7 +134,7 @@ def tables(results: Path) -> tuple[str, list[Row]]:
     parts: list[str] = []
     every: list[Row] = []
     for path in sorted(results.glob("*.json")):
-        data = json.loads(path.read_text(encoding="utf-8"))
+        data = _current(json.loads(path.read_text(encoding="utf-8")), path.stem)
         rows = list(rows_of(data, path.stem))
         if not rows and isinstance(data, dict) and _median_ms(data) is not None:
             rows = [Row(path.stem, str(data.get("benchmark", path.stem)), _median_ms(data) or 0.0)]
@@ -117,6 +142,14 @@ def tables(results: Path) -> tuple[str, list[Row]]:
             continue
         every.extend(rows)
         parts.append(f"#### `{path.name}`\n")
+        taken = data.get("taken_at") if isinstance(data, dict) else None
+        if taken:
+            parts.append(f"Taken at {taken}.\n")
+        parts.extend(
+            f"Its `{key}` section is superseded by `{newer}` and not shown.\n"
+            for (stem, key), newer in SUPERSEDED.items()
+            if stem == path.stem
+        )
         groups: dict[str, list[Row]] = {}
         for row in rows:
             groups.setdefault(row.group, []).append(row)
