@@ -288,6 +288,80 @@ def plan_apply(
     return with_presence(draft, _cached(locations, shas), _stored(locations, shas))
 
 
+def _file_digest(path: Path) -> str | None:
+    """``sha256:`` of a file's bytes (what :func:`kvenv.plan.lock_digest_of` records), or None
+    when it cannot be read."""
+    import hashlib
+
+    try:
+        return "sha256:" + hashlib.sha256(path.read_bytes()).hexdigest()
+    except OSError:
+        return None
+
+
+def _shims_current(locations: Locations, manifest: Manifest) -> bool:
+    from kvenv.activation import render
+
+    manifest_path = str(generation_dir(locations.root, manifest.generation) / MANIFEST_NAME)
+    for suffix, shell in SHIMS.items():
+        text = f"# kvenv activation for generation {manifest.generation}; generated, do not edit\n"
+        text += render(manifest.activation, shell, manifest_path=manifest_path)
+        try:
+            if (locations.root / f"activate.{suffix}").read_text(encoding="utf-8") != text:
+                return False
+        except (OSError, UnicodeDecodeError):
+            return False
+    return True
+
+
+def noop_fast(
+    loaded: LoadedProfile,
+    locations: Locations,
+    host: Callable[[], HostSnapshot],
+    recorded: Callable[[], HostSnapshot | None],
+) -> tuple[str, str] | None:
+    """``(generation, manifest path)`` when applying ``loaded`` is certainly a no-op, judged
+    without reading the lock or the store; None when unsure (then plan and apply in full).
+
+    A no-op needs: no apply in progress; a current manifest that validates, was written by
+    this kvenv and records this profile's digest, the sha256 of the lock file's bytes and the
+    profile's native wheel; its generation's dirs present; no other generation to clean up; the
+    activation scripts as an apply would write them; and a live host that still passes the
+    profile's target checks. The lock's own checks and the native wheel's tags are functions
+    of the profile and the lock bytes, which passed them when the manifest was written. A
+    profile without ``[target]`` (its target is the host) always takes the full path.
+    """
+    from kvenv.checks import check_host
+
+    profile = loaded.profile
+    root = locations.root
+    owner = locations.lock.with_name(locations.lock.name + OWNER_SUFFIX)
+    if profile.target is None or not is_owned(root) or owner.exists():
+        return None
+    lock_path = loaded.lock_path
+    lock_digest = None
+    if lock_path.exists() or profile.overlay.lock is not None:
+        lock_digest = _file_digest(lock_path)
+        if lock_digest is None:
+            return None
+    try:
+        pointer, manifest = current_state(locations)
+    except InputError:
+        return None
+    if pointer is None or manifest is None or manifest.kvenv_version != __version__:
+        return None
+    native_sha = profile.native.sha256 if profile.native else None
+    if not manifest.matches(loaded.digest, lock_digest, native_sha) or not _dirs_present(manifest):
+        return None
+    keep = {pointer.generation} | ({pointer.previous} if pointer.previous else set())
+    if not set(list_generations(locations)) <= keep or not _shims_current(locations, manifest):
+        return None
+    findings = check_host(profile, host(), recorded=recorded())
+    if any(f.status == "error" for f in findings):
+        return None
+    return manifest.generation, str(generation_dir(root, manifest.generation) / MANIFEST_NAME)
+
+
 def _refuse_incompatible(plan: Plan) -> None:
     if plan.compatible:
         return

@@ -227,6 +227,13 @@ def cmd_apply(args: argparse.Namespace) -> int:
 
         args.profile = str(open_bundle(bundle, verify=False).profile_path)  # the bundle's own
     loaded, locations = _load(args)
+    if not (args.dry_run or args.strict or args.json or bundle is not None):
+        from kvenv.apply import noop_fast
+
+        done = noop_fast(loaded, locations, lambda: _host(None), lambda: _recorded(loaded))
+        if done is not None:
+            out(f"already up to date: generation {done[0]} in {locations.root}; nothing to do")
+            return 0
     lock = _lock(loaded)
     progress = _Progress()
     try:
