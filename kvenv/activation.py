@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Literal
 
 from kvenv.errors import InputError, IntegrityError, RuntimeNotReady, UsageError
+from kvenv.importnames import import_name_of, protected_import_names
 from kvenv.manifest import Activation, Manifest
 
 if TYPE_CHECKING:  # activation is on the hot path: import only what it runs
@@ -72,8 +73,6 @@ def read_pth_files(site_dir: Path, generation: Path) -> tuple[list[str], list[st
 
 def check_not_shadowing(dirs: Iterable[Path], protected: Iterable[str]) -> None:
     """Refuse activation when a protected import name exists in one of ``dirs``."""
-    from kvenv.wheelinstall import import_name_of, protected_import_names
-
     names = protected_import_names(protected)
     for directory in dirs:
         if not directory.is_dir():

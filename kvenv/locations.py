@@ -50,6 +50,20 @@ def user_data_dir(environ: Mapping[str, str]) -> Path:
     return (Path(xdg) if xdg else Path.home() / ".local" / "share") / "kvenv"
 
 
+def default_cache_dir() -> Path:
+    """``$KVENV_CACHE_DIR``, else the user cache directory (downloads, store, index pages)."""
+    explicit = os.environ.get(ENV_CACHE)
+    if explicit:
+        return Path(explicit).expanduser()
+    if sys.platform == "win32":
+        base = Path(os.environ.get("LOCALAPPDATA") or Path.home() / "AppData" / "Local")
+        return base / "kvenv" / "Cache"
+    if sys.platform == "darwin":
+        return Path.home() / "Library" / "Caches" / "kvenv"
+    xdg = os.environ.get("XDG_CACHE_HOME")
+    return (Path(xdg) if xdg else Path.home() / ".cache") / "kvenv"
+
+
 def _absolute(path: str | Path) -> Path:
     return Path(os.path.abspath(Path(path).expanduser()))
 
@@ -67,11 +81,6 @@ def resolve_locations(
         root_path = _absolute(chosen_root)
     else:
         root_path = user_data_dir(env) / "runtimes" / profile.name
-    chosen_cache = cache or env.get(ENV_CACHE) or profile.paths.cache
-    if chosen_cache:
-        cache_path = _absolute(chosen_cache)
-    else:
-        from kvenv.lock.cache import default_cache_dir
-
-        cache_path = _absolute(default_cache_dir())
+    chosen_cache = cache or env.get(ENV_CACHE) or profile.paths.cache or default_cache_dir()
+    cache_path = _absolute(chosen_cache)
     return Locations(root_path, cache_path)

@@ -45,14 +45,9 @@ import attrs
 
 from kvenv import convert
 from kvenv.errors import InputError, InstallError, IntegrityError
+from kvenv.importnames import fold, import_name_of, protected_import_names
 from kvenv.manifest import FileConflict, Layer
-from kvenv.wheelinstall import (
-    InstalledDist,
-    fold,
-    import_name_of,
-    install_wheel,
-    protected_import_names,
-)
+from kvenv.wheelinstall import InstalledDist, install_wheel
 
 MARKER = ".kvenv-store.json"
 # 2: the marker records the RECORD lies a waiver accepted (``record_waived``); an entry of

@@ -25,9 +25,9 @@ from typing import Literal
 import attrs
 
 from kvenv.errors import KvenvError
+from kvenv.importnames import import_name_of, protected_import_names
 from kvenv.manifest import Manifest
 from kvenv.snapshot import HostSnapshot
-from kvenv.wheelinstall import import_name_of, protected_import_names
 
 DriftKind = Literal["missing", "modified", "record", "shadow", "host"]
 

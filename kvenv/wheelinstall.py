@@ -42,6 +42,7 @@ import attrs
 from packaging.utils import InvalidWheelFilename, canonicalize_name, parse_wheel_filename
 
 from kvenv.errors import InstallError, IntegrityError
+from kvenv.importnames import fold, import_name_of, protected_import_names
 from kvenv.manifest import RecordMismatch
 
 SCHEMES = ("purelib", "platlib", "scripts", "data", "headers")
@@ -49,11 +50,6 @@ MAX_RECORD_BYTES = 64 << 20
 MAX_ENTRIES = 500_000
 STRONG_HASHES = frozenset({"sha256", "sha384", "sha512", "sha3_256", "sha3_384", "sha3_512"})
 # Import names a protected distribution owns beyond its own canonical name.
-KNOWN_IMPORT_NAMES: dict[str, tuple[str, ...]] = {
-    "torch": ("torch", "functorch", "torchgen"),
-    "torchvision": ("torchvision",),
-    "torchaudio": ("torchaudio",),
-}
 _DRIVE = re.compile(r"^[A-Za-z]:")
 
 
@@ -70,33 +66,6 @@ class InstalledDist:
     files: tuple[str, ...]  # RECORD paths, relative to the purelib/platlib root
     # RECORD hash/size lies accepted because the wheel's RECORD was waived (archive paths)
     record_waived: tuple[RecordMismatch, ...] = ()
-
-
-def fold(name: str) -> str:
-    """Fold a distribution or import name for comparison: case, '-', '_' and '.' alike."""
-    return re.sub(r"[-_.]+", "_", name).lower()
-
-
-def protected_import_names(protected: Iterable[str]) -> frozenset[str]:
-    """The folded import names that the protected distributions own."""
-    names: set[str] = set()
-    for dist in protected:
-        canonical = canonicalize_name(dist)
-        names.add(fold(canonical))
-        names.update(fold(n) for n in KNOWN_IMPORT_NAMES.get(canonical, ()))
-    return frozenset(names)
-
-
-def import_name_of(component: str) -> str:
-    """The import (or distribution) name a top-level entry stands for, folded.
-
-    ``torch`` -> torch, ``torch.py`` / ``torch.cpython-312-x86_64-linux-gnu.so`` -> torch,
-    ``torch-2.10.0.dist-info`` -> torch.
-    """
-    for suffix in (".dist-info", ".egg-info", ".data", ".egg-link"):
-        if component.endswith(suffix):
-            return fold(component[: -len(suffix)].split("-", 1)[0])
-    return fold(component.split(".", 1)[0])
 
 
 def check_entry_name(name: str) -> str | None:

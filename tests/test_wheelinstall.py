@@ -14,7 +14,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from kvenv.errors import InstallError, IntegrityError
-from kvenv.wheelinstall import check_entry_name, import_name_of, install_wheel
+from kvenv.importnames import import_name_of
+from kvenv.wheelinstall import check_entry_name, install_wheel
 from tests.support.wheels import build_wheel
 
 

@@ -180,6 +180,6 @@ def _remove_tree(path: Path) -> None:
 
 def default_cache_root() -> Path:
     """``$KVENV_CACHE_DIR``, else the user cache directory (shared with the lock engine)."""
-    from kvenv.lock.cache import default_cache_dir
+    from kvenv.locations import default_cache_dir
 
     return default_cache_dir()

@@ -12,27 +12,11 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import sys
 import tempfile
 from pathlib import Path
 from typing import Any
 
 import attrs
-
-ENV_CACHE_DIR = "KVENV_CACHE_DIR"
-
-
-def default_cache_dir() -> Path:
-    explicit = os.environ.get(ENV_CACHE_DIR)
-    if explicit:
-        return Path(explicit).expanduser()
-    if sys.platform == "win32":
-        base = Path(os.environ.get("LOCALAPPDATA") or Path.home() / "AppData" / "Local")
-        return base / "kvenv" / "Cache"
-    if sys.platform == "darwin":
-        return Path.home() / "Library" / "Caches" / "kvenv"
-    xdg = os.environ.get("XDG_CACHE_HOME")
-    return (Path(xdg) if xdg else Path.home() / ".cache") / "kvenv"
 
 
 def _digest(text: str) -> str:

@@ -17,7 +17,8 @@ from packaging.utils import NormalizedName, canonicalize_name
 from packaging.version import Version
 
 from kvenv.errors import InputError, KvenvError, LockError, UsageError
-from kvenv.lock.cache import Cache, default_cache_dir
+from kvenv.locations import default_cache_dir
+from kvenv.lock.cache import Cache
 from kvenv.lock.candidates import Universe
 from kvenv.lock.finder import Finder
 from kvenv.lock.native import NativeRequires, native_requires
