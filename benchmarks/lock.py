@@ -27,25 +27,16 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from tests.support.lockenv import INDEX_ENV  # noqa: E402
 from tests.support.wheels import build_wheel, sha256_of  # noqa: E402
 
 REFERENCE = Path("/work/shared/reference/kaggle-t4x2-cu128/overlay-requirements.txt")
 FALLBACK = ["requests>=2.31", "pyyaml", "numpy>=1.26", "pydantic>=2", "rich", "six"]
 BIN = Path(sys.executable).parent
-SCRUB = (
-    "PIP_INDEX_URL",
-    "PIP_EXTRA_INDEX_URL",
-    "PIP_FIND_LINKS",
-    "UV_INDEX_URL",
-    "UV_DEFAULT_INDEX",
-    "UV_EXTRA_INDEX_URL",
-    "UV_INDEX",
-    "UV_FIND_LINKS",
-)
 
 
 def _env(**extra: str) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if k not in SCRUB}
+    env = {k: v for k, v in os.environ.items() if k not in INDEX_ENV}
     env.update(extra)
     return env
 

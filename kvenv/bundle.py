@@ -265,7 +265,8 @@ def _bundled_lock(
     resolves to ``wheels/<filename>`` inside the bundle (a portable lock at ``locks/``), else a
     copy whose bundled wheels are given by that path (no ``url``, no ``index``), so that uv
     and pip install the bundled lock from the bundle alone."""
-    data = tomlio.read(lock_path)
+    raw = lock_path.read_bytes()  # read once: parsed here, returned as is when unchanged
+    data = tomlio.loads(raw.decode("utf-8"), file=str(lock_path))
     where = {item.sha256: item.file for item in bundled if item.role == "overlay"}
     lock_dir = (staging / lock_rel).parent
     changed = False
@@ -286,7 +287,7 @@ def _bundled_lock(
             package.pop("index", None)
             changed = True
     if not changed:
-        return lock_path.read_bytes()
+        return raw
     return dumps_lock(data).encode()
 
 

@@ -16,7 +16,7 @@ from kvenv.errors import ConflictError, FetchError
 from kvenv.lock.engine import LockOptions, lock_profile, parse_exclude_newer
 from kvenv.lock.sources import IndexConfig, index_config
 from kvenv.profiles import LoadedProfile
-from tests.support.lockenv import basic_house, serve_index, write_project
+from tests.support.lockenv import INDEX_ENV, basic_house, serve_index, write_project
 from tests.support.wheels import build_wheel
 
 HOST_TORCH = {"name": "torch", "version": "2.10.0+cpu", "requires": ["filelock"]}
@@ -24,16 +24,7 @@ HOST_TORCH = {"name": "torch", "version": "2.10.0+cpu", "requires": ["filelock"]
 
 @pytest.fixture(autouse=True)
 def _isolated(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    for key in (
-        "PIP_INDEX_URL",
-        "PIP_EXTRA_INDEX_URL",
-        "PIP_FIND_LINKS",
-        "UV_INDEX_URL",
-        "UV_DEFAULT_INDEX",
-        "UV_EXTRA_INDEX_URL",
-        "UV_INDEX",
-        "UV_FIND_LINKS",
-    ):
+    for key in INDEX_ENV:
         monkeypatch.delenv(key, raising=False)
     monkeypatch.setenv("KVENV_CACHE_DIR", str(tmp_path / "cache"))
 

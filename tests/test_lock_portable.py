@@ -24,20 +24,10 @@ from kvenv.lock.engine import LockOptions, lock_profile
 from kvenv.lock.pylock import write_lock
 from kvenv.lock.sources import IndexConfig
 from kvenv.profiles import LoadedProfile
-from tests.support.lockenv import basic_house, serve_index, write_project
+from tests.support.lockenv import INDEX_ENV, basic_house, serve_index, write_project
 from tests.support.wheels import build_wheel, sha256_of
 
 HOST_TORCH = {"name": "torch", "version": "2.10.0+cpu", "requires": ["filelock"]}
-INDEX_ENV = (
-    "PIP_INDEX_URL",
-    "PIP_EXTRA_INDEX_URL",
-    "PIP_FIND_LINKS",
-    "UV_INDEX_URL",
-    "UV_DEFAULT_INDEX",
-    "UV_EXTRA_INDEX_URL",
-    "UV_INDEX",
-    "UV_FIND_LINKS",
-)
 
 
 @pytest.fixture(autouse=True)

@@ -118,6 +118,26 @@ def _files(paths: Sequence[Path]) -> list[Requirement]:
     return out
 
 
+def _target(loaded: LoadedProfile) -> TargetEnv:
+    profile = loaded.profile
+    if profile.target is None:
+        raise InputError(
+            f"profile {profile.name} has no [target]", hint="add a [target] table to the profile"
+        )
+    return TargetEnv.from_profile_target(profile.target, file=str(loaded.path))
+
+
+def preferences(options: LockOptions, previous: LockFile | None) -> dict[NormalizedName, Version]:
+    """The versions to try first: the existing lock's, then ``--prefer`` files' (these win)."""
+    prefer: dict[NormalizedName, Version] = {}
+    if previous is not None:
+        prefer.update(
+            {p.name: p.version for p in previous.pylock.packages if p.version is not None}
+        )
+    prefer.update(prefer_map(_files(options.prefer)))
+    return prefer
+
+
 def build_request(
     loaded: LoadedProfile,
     options: LockOptions,
@@ -125,15 +145,12 @@ def build_request(
     native: NativeRequires,
     host: HostSnapshot | None,
     previous: LockFile | None,
+    prefer: Mapping[NormalizedName, Version],
 ) -> tuple[LockRequest, list[str], list[str]]:
     """The resolution request, the extra root lines and the constraint lines."""
     profile = loaded.profile
-    if profile.target is None:
-        raise InputError(
-            f"profile {profile.name} has no [target]", hint="add a [target] table to the profile"
-        )
     assert profile.native is not None
-    target = TargetEnv.from_profile_target(profile.target, file=str(loaded.path))
+    target = _target(loaded)
     if options.require:
         roots = [RootRequirement(str(r), "--require") for r in _files(options.require)]
     elif previous is not None:
@@ -149,12 +166,6 @@ def build_request(
     constraints = constraint_map(
         parse_requirements("\n".join(constraint_lines), file="constraints")
     )
-    prefer: dict[NormalizedName, Version] = {}
-    if previous is not None:
-        prefer.update(
-            {p.name: p.version for p in previous.pylock.packages if p.version is not None}
-        )
-    prefer.update(prefer_map(_files(options.prefer)))
     request = LockRequest(
         target=target,
         native=Native(
@@ -166,7 +177,7 @@ def build_request(
         protected=tuple(profile.host.protected),
         waivers={w.name: w.reason for w in profile.host.waivers},
         roots=tuple(roots),
-        prefer=prefer,
+        prefer=dict(prefer),
         constraints=constraints,
     )
     return request, sorted({r.text for r in roots}), sorted(set(constraint_lines))
@@ -224,15 +235,12 @@ def lock_profile(
     path = options.output or loaded.lock_path
     previous = _previous(loaded.lock_path, options.fresh)
     host = _host(loaded)
-    portable = portable_choice(options, previous)
     if options.exclude_newer is None and previous is not None and previous.kvenv.exclude_newer:
         options = attrs.evolve(
             options, exclude_newer=parse_exclude_newer(previous.kvenv.exclude_newer)
         )
     cache = Cache(options.cache_dir or default_cache_dir())
-    if loaded.profile.target is None:
-        raise InputError(f"profile {loaded.profile.name} has no [target]")
-    target = TargetEnv.from_profile_target(loaded.profile.target, file=str(loaded.path))
+    target = _target(loaded)
     finder = Finder(
         options.index,
         target,
@@ -241,7 +249,8 @@ def lock_profile(
         refresh=options.refresh,
         exclude_newer=options.exclude_newer,
     )
-    with IndexUniverse(finder) as universe:
+    prefer = preferences(options, previous)
+    with IndexUniverse(finder, prefer=dict(prefer)) as universe:
         native = native_requires(
             loaded,
             requires_file=options.native_requires,
@@ -249,25 +258,42 @@ def lock_profile(
             finder=finder,
             offline=options.offline,
         )
-        request, roots, constraints = build_request(
-            loaded, options, native=native, host=host, previous=previous
-        )
-        universe.prefer = dict(request.prefer)
-        resolution = resolve(request, universe)
-        text = render(
-            loaded,
-            request,
-            resolution,
-            native=native,
-            host=host,
-            roots=roots,
-            constraints=constraints,
-            exclude_newer=options.exclude_newer,
-            path=path,
-            portable=portable,
+        text, resolution = _lock(
+            loaded, universe, options, native=native, host=host, previous=previous, prefer=prefer
         )
     old = path.read_text(encoding="utf-8") if path.is_file() else None
+    portable = portable_choice(options, previous)
     return LockResult(path, text, resolution, target, native.source, old != text, portable)
+
+
+def _lock(
+    loaded: LoadedProfile,
+    universe: Universe,
+    options: LockOptions,
+    *,
+    native: NativeRequires,
+    host: HostSnapshot | None,
+    previous: LockFile | None,
+    prefer: Mapping[NormalizedName, Version],
+) -> tuple[str, Resolution]:
+    """Build the request, resolve it against ``universe`` and render the lock text."""
+    request, roots, constraints = build_request(
+        loaded, options, native=native, host=host, previous=previous, prefer=prefer
+    )
+    resolution = resolve(request, universe)
+    text = render(
+        loaded,
+        request,
+        resolution,
+        native=native,
+        host=host,
+        roots=roots,
+        constraints=constraints,
+        exclude_newer=options.exclude_newer,
+        path=options.output or loaded.lock_path,
+        portable=portable_choice(options, previous),
+    )
+    return text, resolution
 
 
 def render(
@@ -312,24 +338,15 @@ def lock_with_universe(
 ) -> tuple[str, Resolution]:
     """Lock against a given universe (tests and tools): the lock text and the resolution."""
     opts = options or LockOptions()
-    request, roots, constraints = build_request(
-        loaded, opts, native=native, host=host, previous=previous
-    )
-    resolution = resolve(request, universe)
-    path = opts.output or loaded.lock_path
-    text = render(
+    return _lock(
         loaded,
-        request,
-        resolution,
+        universe,
+        opts,
         native=native,
         host=host,
-        roots=roots,
-        constraints=constraints,
-        exclude_newer=opts.exclude_newer,
-        path=path,
-        portable=portable_choice(opts, previous),
+        previous=previous,
+        prefer=preferences(opts, previous),
     )
-    return text, resolution
 
 
 def summary(result: LockResult) -> Mapping[str, object]:

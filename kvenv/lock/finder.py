@@ -428,16 +428,3 @@ def _version_key(text: str) -> Version:
         return Version(text)
     except InvalidVersion:
         return Version("0")
-
-
-def file_digest(path: Path) -> tuple[str, int]:
-    """The sha256 and size of a local file."""
-    import hashlib
-
-    digest = hashlib.sha256()
-    size = 0
-    with path.open("rb") as handle:
-        for chunk in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(chunk)
-            size += len(chunk)
-    return digest.hexdigest(), size

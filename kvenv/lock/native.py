@@ -6,12 +6,12 @@ same native identity. They are recorded in the new lock so later checks run offl
 
 from __future__ import annotations
 
-import hashlib
 from pathlib import Path
 
 import attrs
 
 from kvenv.errors import FetchError, IntegrityError, KvenvError
+from kvenv.hashing import sha256_file
 from kvenv.lock.finder import Finder
 from kvenv.lock.metadata import (
     MetadataFetcher,
@@ -81,7 +81,7 @@ def _from_source(
         path = loaded.resolve(source.path)
         if not path.is_file():
             raise FetchError(f"native wheel not found: {path}")
-        digest = hashlib.sha256(path.read_bytes()).hexdigest()
+        digest, _size = sha256_file(path)
         if digest != native.sha256:
             raise IntegrityError(
                 f"native wheel {path} has sha256 {digest}, the profile pins {native.sha256}",

@@ -8,9 +8,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 import attrs
-from packaging.requirements import Requirement
 from packaging.specifiers import SpecifierSet
-from packaging.utils import NormalizedName, canonicalize_name
+from packaging.utils import NormalizedName
 from packaging.version import Version
 
 from kvenv.errors import ConflictError, Problem
@@ -322,11 +321,3 @@ def _why_not(name: NormalizedName, reqs: list[Req], provider: Provider, universe
             f"(versions tried: {shown})"
         )
     return "; ".join(parts)
-
-
-def requirement_texts(requirements: Iterable[Requirement]) -> tuple[str, ...]:
-    return tuple(str(r) for r in requirements)
-
-
-def canonical(name: str) -> NormalizedName:
-    return canonicalize_name(name)

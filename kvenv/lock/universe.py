@@ -14,8 +14,9 @@ from packaging.utils import NormalizedName
 from packaging.version import Version
 
 from kvenv.errors import FetchError
+from kvenv.hashing import sha256_file
 from kvenv.lock.cache import Cache
-from kvenv.lock.finder import Finder, WheelFile, _redact, file_digest
+from kvenv.lock.finder import Finder, WheelFile, _redact
 from kvenv.lock.metadata import DistMetadata, MetadataFetcher
 
 
@@ -102,7 +103,7 @@ class IndexUniverse:
             key = f"{local}:{stat.st_size}:{stat.st_mtime_ns}"
             known = self.cache.get_digest(key)
             if known is None:
-                known = file_digest(local)
+                known = sha256_file(local)
                 self.cache.put_digest(key, *known)
             sha, size = known
             if wheel.sha256 and wheel.sha256 != sha:

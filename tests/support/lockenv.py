@@ -22,6 +22,17 @@ from tests.support.wheels import build_wheel, sha256_of
 
 NATIVE_TAG = "cp312-cp312-manylinux_2_17_x86_64"
 CUDA_TAG = "cp312-cp312-manylinux_2_28_x86_64"
+# Index settings pip/uv read from the environment; tests and benchmarks scrub them.
+INDEX_ENV = (
+    "PIP_INDEX_URL",
+    "PIP_EXTRA_INDEX_URL",
+    "PIP_FIND_LINKS",
+    "UV_INDEX_URL",
+    "UV_DEFAULT_INDEX",
+    "UV_EXTRA_INDEX_URL",
+    "UV_INDEX",
+    "UV_FIND_LINKS",
+)
 
 
 def write_project(
