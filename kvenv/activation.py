@@ -18,26 +18,20 @@ import shlex
 import sys
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING, Literal, get_args
 
 from kvenv.errors import InputError, IntegrityError, RuntimeNotReady, UsageError
 from kvenv.importnames import import_name_of, protected_import_names
-from kvenv.manifest import Activation, Manifest
+from kvenv.manifest import Activation, Manifest, path_inside
 
 if TYPE_CHECKING:  # activation is on the hot path: import only what it runs
     from kvenv.snapshot import HostSnapshot
 
 Shell = Literal["bash", "zsh", "fish", "pwsh", "json"]
-SHELLS: tuple[str, ...] = ("bash", "zsh", "fish", "pwsh", "json")
+SHELLS: tuple[str, ...] = get_args(Shell)
 DEFAULT_DRIVER_DIRS = ("/usr/local/nvidia/lib64", "/usr/local/cuda/lib64")
-PREPENDED = ("PYTHONPATH", "PATH", "LD_LIBRARY_PATH")
 ENV_ACTIVE = "KVENV_ACTIVE_GENERATION"
 _ACTIVATED: set[str] = set()  # generations whose .pth files ran in this process
-
-
-def _inside(path: str, base: str) -> bool:
-    norm, root = os.path.normpath(path), os.path.normpath(base)
-    return norm == root or norm.startswith(root.rstrip(os.sep) + os.sep)
 
 
 def read_pth_files(site_dir: Path, generation: Path) -> tuple[list[str], list[str], list[str]]:
@@ -64,7 +58,7 @@ def read_pth_files(site_dir: Path, generation: Path) -> tuple[list[str], list[st
                 imports.append(stripped)
                 continue
             full = os.path.normpath(os.path.join(site_dir, stripped))
-            if not _inside(full, str(generation)):
+            if not path_inside(full, str(generation)):
                 notes.append(f"{pth.name}: path {stripped!r} is outside the generation, ignored")
             elif os.path.isdir(full) and full not in paths:
                 paths.append(full)

@@ -66,6 +66,16 @@ def _same_release(actual: str | None, expected: str) -> bool:
     return have is not None and want is not None and have[: len(want)] == want
 
 
+def _mismatch(status: Status, check: str, expected: str, actual: str | None, fix: str) -> Finding:
+    return Finding(check, status, f"{check}: expected {expected}; found {actual or 'none'}", fix)
+
+
+def _same_model(model: str, name: str) -> bool:
+    """Does a GPU reported as ``name`` count as the target's ``model`` (either names the other)?"""
+    want, have = model.lower(), name.lower()
+    return want in have or have in want
+
+
 class _Checker:
     def __init__(self, strict: bool) -> None:
         self.strict = strict
@@ -74,17 +84,14 @@ class _Checker:
         return Finding(check, "pass", f"{check}: {actual}")
 
     def bad(self, check: str, expected: str, actual: str | None, fix: str) -> Finding:
-        status: Status = "error" if self.strict else "warning"
-        return Finding(
-            check, status, f"{check}: expected {expected}; found {actual or 'none'}", fix
-        )
+        """A mismatch: a warning, an error under ``strict``."""
+        return _mismatch("error" if self.strict else "warning", check, expected, actual, fix)
 
     def hard(self, check: str, expected: str, actual: str | None, fix: str) -> Finding:
+        """Pass when ``actual`` is ``expected``, else an error even without ``strict``."""
         if actual is not None and actual == expected:
             return self.ok(check, actual)
-        return Finding(
-            check, "error", f"{check}: expected {expected}; found {actual or 'none'}", fix
-        )
+        return _mismatch("error", check, expected, actual, fix)
 
     def untested(self, check: str, why: str, fix: str | None = None) -> Finding:
         return Finding(check, "untested", f"{check}: {why}", fix)
@@ -289,8 +296,7 @@ def _gpus(c: _Checker, gpu: Gpu, host: HostSnapshot) -> Iterator[Finding]:
         if gpu.memory_mib:
             yield c.untested("GPU memory", "no visible GPU to check")
         return
-    want = gpu.model.lower()
-    if all(want in g.name.lower() or g.name.lower() in want for g in gpus):
+    if all(_same_model(gpu.model, g.name) for g in gpus):
         yield c.ok("GPU model", names)
     else:
         yield c.bad("GPU model", gpu.model, names, f"use {gpu.model} GPUs or a profile for these")
@@ -407,13 +413,11 @@ def check_tensor_parallel(
         )
     used = gpus[:tp]
     if gpu is not None:
-        want = gpu.model.lower()
         cc = gpu.compute_capability
         odd = [
             g
             for g in used
-            if not (want in g.name.lower() or g.name.lower() in want)
-            or (cc is not None and g.compute_capability != cc)
+            if not _same_model(gpu.model, g.name) or (cc is not None and g.compute_capability != cc)
         ]
         if odd:
             sm = f" / SM {cc}" if cc else ""

@@ -160,11 +160,9 @@ def dumps_manifest(manifest: Manifest) -> str:
     return json.dumps(manifest_to_dict(manifest), indent=2) + "\n"
 
 
-def _inside(path: str, root: str) -> bool:
-    if not os.path.isabs(path):
-        return False
-    norm = os.path.normpath(path)
-    base = os.path.normpath(root)
+def path_inside(path: str, root: str) -> bool:
+    """Is ``path`` ``root`` or below it, lexically (both normalized; no file system access)?"""
+    norm, base = os.path.normpath(path), os.path.normpath(root)
     return norm == base or norm.startswith(base.rstrip(os.sep) + os.sep)
 
 
@@ -200,7 +198,7 @@ def check_manifest(manifest: Manifest, *, file: str | None, root: Path | None) -
         (f"$.activation.site_dirs[{i}]", p) for i, p in enumerate(manifest.activation.site_dirs)
     ]
     for where, value in checks:
-        if ".." in Path(value).parts or not _inside(value, base):
+        if not os.path.isabs(value) or ".." in Path(value).parts or not path_inside(value, base):
             problems.append(
                 Problem(
                     f"{value!r} is outside the runtime root {base}",

@@ -36,15 +36,6 @@ StepName = Literal[
     "switch",
     "write-shims",
 ]
-STEP_NAMES: tuple[str, ...] = (
-    "fetch",
-    "verify",
-    "install-native",
-    "install-overlay",
-    "write-manifest",
-    "switch",
-    "write-shims",
-)
 
 
 @attrs.frozen

@@ -17,7 +17,7 @@ import base64
 import csv
 import hashlib
 import os
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Literal
@@ -162,10 +162,3 @@ def drift_error(drifts: Sequence[Drift]) -> KvenvError:
         problems=[Problem(d.message) for d in drifts[:50]],
         hint="re-create it: `kvenv reset --yes` then `kvenv apply`",
     )
-
-
-def summarize(drifts: Iterable[Drift]) -> dict[str, int]:
-    counts: dict[str, int] = {}
-    for drift in drifts:
-        counts[drift.kind] = counts.get(drift.kind, 0) + 1
-    return counts

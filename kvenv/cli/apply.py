@@ -7,6 +7,7 @@ Nothing heavy at module level; each command imports what it needs.
 from __future__ import annotations
 
 import argparse
+import functools
 import sys
 import threading
 import time
@@ -227,10 +228,13 @@ def cmd_apply(args: argparse.Namespace) -> int:
 
         args.profile = str(open_bundle(bundle, verify=False).profile_path)  # the bundle's own
     loaded, locations = _load(args)
+    # Probed (and read) at most once, whether the fast path or the full apply asks first.
+    host = functools.cache(lambda: _host(None))
+    recorded = functools.cache(lambda: _recorded(loaded))
     if not (args.dry_run or args.strict or args.json or bundle is not None):
         from kvenv.apply import noop_fast
 
-        done = noop_fast(loaded, locations, lambda: _host(None), lambda: _recorded(loaded))
+        done = noop_fast(loaded, locations, host, recorded)
         if done is not None:
             out(f"already up to date: generation {done[0]} in {locations.root}; nothing to do")
             return 0
@@ -240,7 +244,7 @@ def cmd_apply(args: argparse.Namespace) -> int:
         result = apply(
             loaded,
             lock,
-            _host(None),
+            host(),
             locations,
             strict=args.strict,
             offline=args.offline or bundle is not None,
@@ -249,7 +253,7 @@ def cmd_apply(args: argparse.Namespace) -> int:
             wait=not args.no_wait,
             jobs=args.jobs,
             python=args.python,
-            recorded=_recorded(loaded),
+            recorded=recorded(),
             progress=progress,
             on_wait=err,
         )

@@ -303,6 +303,12 @@ def _evaluator(loaded: LoadedProfile) -> Any:
     return TargetEnv.from_profile_target(loaded.profile.target).evaluate
 
 
+def _print_finding(status: str, message: str, fix: str | None) -> None:
+    out(f"{_LABEL[status]:<9}{message}")
+    if fix and status != "pass":
+        out(f"{'':<9}fix: {fix}")
+
+
 def _print_report(report: DoctorReport, loaded: LoadedProfile, notes: list[str]) -> None:
     out(f"kvenv doctor: profile {report.profile} ({loaded.path})")
     out(f"host: {report.host_source}")
@@ -311,14 +317,10 @@ def _print_report(report: DoctorReport, loaded: LoadedProfile, notes: list[str])
     if not report.findings:
         out("the profile has no [target]: nothing to check on the host")
     for finding in report.findings:
-        out(f"{_LABEL[finding.status]:<9}{finding.message}")
-        if finding.fix and finding.status != "pass":
-            out(f"{'':<9}fix: {finding.fix}")
+        _print_finding(finding.status, finding.message, finding.fix)
     out(f"overlay: {report.overlay_note}")
     for dep in report.dependencies or ():
-        out(f"{_LABEL[dep.status]:<9}{dep.message}")
-        if dep.fix and dep.status != "pass":
-            out(f"{'':<9}fix: {dep.fix}")
+        _print_finding(dep.status, dep.message, dep.fix)
     summary = report.summary()
     counts = {k: summary["host"][k] + summary["dependencies"][k] for k in summary["host"]}
     out("summary: " + ", ".join(f"{v} {k}" for k, v in counts.items()))

@@ -44,31 +44,17 @@ def register(sub: Any) -> None:
         metavar="FILE",
         help="the native wheel's requirements (requirements file) when its source is unreachable",
     )
-    parser.add_argument(
-        "--require",
-        type=Path,
-        action="append",
-        default=[],
-        metavar="FILE",
-        help="extra top-level requirements for the overlay (e.g. a validated pin set)",
-    )
-    parser.add_argument(
-        "--prefer",
-        type=Path,
-        action="append",
-        default=[],
-        metavar="FILE",
-        help="preferred versions (name==version lines), used when they fit",
-    )
-    parser.add_argument(
-        "--constraint",
-        "-c",
-        type=Path,
-        action="append",
-        default=[],
-        metavar="FILE",
-        help="version bounds applied whenever a package is needed (adds nothing)",
-    )
+    for flags, text in (
+        (("--require",), "extra top-level requirements for the overlay (e.g. a validated pin set)"),
+        (("--prefer",), "preferred versions (name==version lines), used when they fit"),
+        (
+            ("--constraint", "-c"),
+            "version bounds applied whenever a package is needed (adds nothing)",
+        ),
+    ):
+        parser.add_argument(
+            *flags, type=Path, action="append", default=[], metavar="FILE", help=text
+        )
     parser.add_argument(
         "--fresh", action="store_true", help="ignore the existing lock's recorded inputs"
     )

@@ -13,7 +13,7 @@ import json
 import re
 from pathlib import PurePosixPath
 
-from kvenv.probe.effects import Effects
+from kvenv.probe.effects import RUN_TIMEOUT, Effects
 from kvenv.snapshot import CudaInfo
 
 NVIDIA_LIB = "/usr/local/nvidia/lib64"
@@ -78,7 +78,7 @@ def _toolkit_version(home: str | None, nvcc: str | None, effects: Effects) -> st
         if match:
             return match.group(1)
     if nvcc:
-        result = effects.run([nvcc, "--version"], 20.0)
+        result = effects.run([nvcc, "--version"], RUN_TIMEOUT)
         if result is not None and result.returncode == 0:
             return parse_nvcc(result.stdout)
     return None

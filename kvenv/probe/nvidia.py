@@ -15,7 +15,7 @@ import re
 
 import attrs
 
-from kvenv.probe.effects import Effects, NvmlReading, RunResult
+from kvenv.probe.effects import RUN_TIMEOUT, Effects, NvmlReading, RunResult
 from kvenv.snapshot import DriverInfo, GpuInfo
 
 PROC_VERSION = "/proc/driver/nvidia/version"
@@ -149,10 +149,10 @@ def _first_line(result: RunResult) -> str:
 
 def _gpus_from_smi(smi: str, effects: Effects) -> tuple[list[PhysicalGpu] | None, list[str], bool]:
     """The GPUs ``nvidia-smi`` lists (None: it failed), notes, and whether it answered."""
-    result = effects.run([smi, f"--query-gpu={FIELDS}", FORMAT], 20.0)
+    result = effects.run([smi, f"--query-gpu={FIELDS}", FORMAT], RUN_TIMEOUT)
     with_cc = True
     if result is not None and result.returncode != 0 and "compute_cap" in result.text:
-        result = effects.run([smi, f"--query-gpu={FIELDS_OLD}", FORMAT], 20.0)
+        result = effects.run([smi, f"--query-gpu={FIELDS_OLD}", FORMAT], RUN_TIMEOUT)
         with_cc = False
     if result is None:
         return None, ["nvidia-smi could not be run (timed out or not executable)"], False
@@ -180,7 +180,7 @@ def probe_gpus(effects: Effects) -> GpuProbe:
     if driver is None and reading is not None and reading.driver:
         driver = DriverInfo(version=reading.driver, source="nvml")
     if smi is not None and (driver is None or cuda_max is None):
-        banner = effects.run([smi], 20.0)
+        banner = effects.run([smi], RUN_TIMEOUT)
         if banner is not None and banner.returncode == 0:
             version, cuda_max = parse_banner(banner.stdout)
             if driver is None and version:
