@@ -18,6 +18,7 @@ import attrs
 from kvenv import convert
 from kvenv.errors import InputError, Problem
 from kvenv.fields import Sha256
+from kvenv.jsonio import read_json
 
 MANIFEST_SCHEMA = 1
 MANIFEST_NAME = "manifest.json"
@@ -227,21 +228,12 @@ def manifest_from_dict(data: Any, *, file: str | None, root: Path | None = None)
 
 def read_manifest(path: Path, *, root: Path | None = None) -> Manifest:
     """Read and check a manifest; raise :class:`InputError` naming the file and ``$.path``."""
-    try:
-        text = path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise InputError(
-            f"manifest not found: {path}", hint="run `kvenv apply` to create one"
-        ) from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise InputError(f"cannot read manifest {path}: {exc}") from None
-    try:
-        data = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise InputError(
-            f"manifest is not valid JSON: {path}: {exc}",
-            hint="re-run `kvenv apply`, or `kvenv reset` to start over",
-        ) from None
+    data = read_json(
+        path,
+        what="manifest",
+        missing_hint="run `kvenv apply` to create one",
+        invalid_hint="re-run `kvenv apply`, or `kvenv reset` to start over",
+    )
     return manifest_from_dict(data, file=str(path), root=root)
 
 

@@ -17,8 +17,8 @@ import attrs
 from packaging.utils import canonicalize_name
 
 from kvenv import convert
-from kvenv.errors import InputError
 from kvenv.fields import NonEmpty, PackageName, Pep440Version
+from kvenv.jsonio import read_json
 
 SNAPSHOT_SCHEMA = 1
 
@@ -118,19 +118,11 @@ def snapshot_to_dict(snapshot: HostSnapshot) -> dict[str, Any]:
 
 
 def read_snapshot(path: Path) -> HostSnapshot:
-    try:
-        text = path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise InputError(
-            f"host snapshot not found: {path}",
-            hint="create one with `kvenv fingerprint --save PATH` on the host",
-        ) from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise InputError(f"cannot read host snapshot {path}: {exc}") from None
-    try:
-        data = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise InputError(f"host snapshot is not valid JSON: {path}: {exc}") from None
+    data = read_json(
+        path,
+        what="host snapshot",
+        missing_hint="create one with `kvenv fingerprint --save PATH` on the host",
+    )
     return snapshot_from_dict(data, file=str(path))
 
 
