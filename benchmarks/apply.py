@@ -11,7 +11,8 @@ warmed once by reading every wheel before the first round), with no dependency r
 (``--no-deps``), no bytecode compilation (uv's default; ``--no-compile`` for pip) and no
 network (``--offline`` / ``--no-index``); uv hard-links from its cache (``--link-mode
 hardlink``) as kvenv does from its store. kvenv runs the functions ``kvenv apply`` uses to build
-a generation's layer (:func:`kvenv.store.unpack_all` then :func:`kvenv.store.link_layer`), with
+a generation's layer (:func:`kvenv.env.store.unpack_all` then
+:func:`kvenv.env.store.link_layer`), with
 every safety check on (entries validated before writing, contents checked against RECORD,
 protected names refused); fetching, sha256 verification of the wheel files and the manifest
 are left out, as the other two do none of them either. Wall seconds and CPU seconds (user +
@@ -52,7 +53,7 @@ from pathlib import Path
 _CHILD = """
 import json, sys
 from pathlib import Path
-from kvenv.store import GenerationLayout, link_layer, unpack_all
+from kvenv.env.store import GenerationLayout, link_layer, unpack_all
 spec = json.loads(Path(sys.argv[1]).read_text())
 wheels = {sha: Path(path) for sha, path in spec["wheels"].items()}
 target = Path(spec["target"])

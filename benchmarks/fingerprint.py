@@ -36,8 +36,8 @@ REPO = HERE.parent
 # This directory must not be on the path: a benchmark named like a stdlib module would shadow it.
 sys.path[:] = [str(REPO), *(p for p in sys.path if Path(p or ".").resolve() != HERE)]
 
-from kvenv.probe import take_snapshot  # noqa: E402
-from kvenv.wheelinstall import install_wheel  # noqa: E402
+from kvenv.env.wheelinstall import install_wheel  # noqa: E402
+from kvenv.probe.host import take_snapshot  # noqa: E402
 from tests.support.wheels import build_wheel  # noqa: E402
 
 AIM_S = 0.300

@@ -63,7 +63,7 @@ print(json.dumps({{"seconds": elapsed, "digest": digest, "maxrss_kb": peak_kb()}
 
 CONTENDERS: dict[str, tuple[str, str]] = {
     "kvenv sha256_file": (
-        "from kvenv.hashing import sha256_file",
+        "from kvenv._util.hashing import sha256_file",
         "digest = sha256_file(path)[0]",
     ),
     "bare hashlib loop (1 MiB reads)": (

@@ -89,13 +89,13 @@ def _ratio(results: dict[str, dict[str, Any]], a: str, b: str) -> float | None:
 
 
 def _read_lock(path: Path) -> dict[str, Any]:
-    from kvenv import tomlio
+    from kvenv._util import tomlio
 
     return tomlio.read(path)
 
 
 def _target(project: Path, profile: str) -> dict[str, str]:
-    from kvenv import tomlio
+    from kvenv._util import tomlio
 
     data = tomlio.read(project / "profiles" / f"{profile}.toml")
     target = data["target"]
@@ -184,7 +184,7 @@ def _overlay_files(args: argparse.Namespace, into: Path) -> list[Path]:
     """Copies of the exact files kvenv installs: the native wheel and every locked wheel.
     Copies, not hard links: the cold-store case hard-links kvenv's cache, which changes the
     files' ctime, and uv keys its cache of a local wheel on it (every round would be cold)."""
-    from kvenv import tomlio
+    from kvenv._util import tomlio
 
     lock = _read_lock(args.project / "locks" / f"pylock.{args.profile}.toml")
     profile = tomlio.read(args.project / "profiles" / f"{args.profile}.toml")

@@ -16,7 +16,8 @@ if TYPE_CHECKING:
 
 
 def activate(profile: str | None = None, manifest: str | Path | None = None) -> Any:
-    """Activate an applied runtime in this interpreter and its children (see kvenv.activation)."""
-    from kvenv.activation import activate_in_process
+    """Activate an applied runtime in this interpreter and its children
+    (see :mod:`kvenv.env.activation`)."""
+    from kvenv.env.activation import activate_in_process
 
     return activate_in_process(profile=profile, manifest=manifest)

@@ -16,10 +16,10 @@ from typing import TYPE_CHECKING, Any
 from kvenv.cli._io import emit_json, err, out
 
 if TYPE_CHECKING:
-    from kvenv.locations import Locations
-    from kvenv.plan import LockInput, Plan
-    from kvenv.profiles import LoadedProfile
-    from kvenv.snapshot import HostSnapshot
+    from kvenv.model.loading import LoadedProfile
+    from kvenv.model.locations import Locations
+    from kvenv.model.snapshot import HostSnapshot
+    from kvenv.plan.make import LockInput, Plan
 
 SHELL_CHOICES = ("bash", "zsh", "fish", "pwsh", "json")
 
@@ -98,8 +98,8 @@ def register(sub: Any) -> None:
 
 
 def _load(args: argparse.Namespace) -> tuple[LoadedProfile, Locations]:
-    from kvenv.locations import resolve_locations
-    from kvenv.profiles import load_profile
+    from kvenv.model.loading import load_profile
+    from kvenv.model.locations import resolve_locations
 
     loaded = load_profile(args.profile)
     locations = resolve_locations(loaded.profile, root=args.root, cache=args.cache)
@@ -107,7 +107,7 @@ def _load(args: argparse.Namespace) -> tuple[LoadedProfile, Locations]:
 
 
 def _lock(loaded: LoadedProfile) -> LockInput | None:
-    from kvenv.plan import read_lock_input
+    from kvenv.plan.make import read_lock_input
 
     path = loaded.lock_path
     if not path.exists() and loaded.profile.overlay.lock is None:
@@ -119,16 +119,16 @@ def _host(snapshot: str | None) -> HostSnapshot:
     from pathlib import Path
 
     if snapshot:
-        from kvenv.snapshot import read_snapshot
+        from kvenv.model.snapshot import read_snapshot
 
         return read_snapshot(Path(snapshot))
-    from kvenv.probe import take_snapshot
+    from kvenv.probe.host import take_snapshot
 
     return take_snapshot()
 
 
 def _recorded(loaded: LoadedProfile) -> HostSnapshot | None:
-    from kvenv.snapshot import read_snapshot
+    from kvenv.model.snapshot import read_snapshot
 
     path = loaded.snapshot_path
     return read_snapshot(path) if path is not None and path.exists() else None
@@ -168,7 +168,7 @@ class _Progress:
 
 
 def _render_plan(plan: Plan) -> None:
-    from kvenv.plan import plan_to_dict
+    from kvenv.plan.make import plan_to_dict
 
     data = plan_to_dict(plan)
     out(f"profile: {plan.profile} ({plan.profile_digest})")
@@ -194,8 +194,8 @@ def _render_plan(plan: Plan) -> None:
 
 
 def cmd_plan(args: argparse.Namespace) -> int:
-    from kvenv.apply import plan_apply
-    from kvenv.plan import plan_to_dict
+    from kvenv.env.apply import plan_apply
+    from kvenv.plan.make import plan_to_dict
 
     loaded, locations = _load(args)
     plan = plan_apply(
@@ -219,12 +219,12 @@ def cmd_plan(args: argparse.Namespace) -> int:
 def cmd_apply(args: argparse.Namespace) -> int:
     from pathlib import Path
 
-    from kvenv.apply import apply
-    from kvenv.plan import plan_to_dict
+    from kvenv.env.apply import apply
+    from kvenv.plan.make import plan_to_dict
 
     bundle = Path(args.bundle) if args.bundle else None
     if bundle is not None and args.profile is None:
-        from kvenv.bundle import open_bundle
+        from kvenv.fetch.bundle import open_bundle
 
         args.profile = str(open_bundle(bundle, verify=False).profile_path)  # the bundle's own
     loaded, locations = _load(args)
@@ -232,7 +232,7 @@ def cmd_apply(args: argparse.Namespace) -> int:
     host = functools.cache(lambda: _host(None))
     recorded = functools.cache(lambda: _recorded(loaded))
     if not (args.dry_run or args.strict or args.json or bundle is not None):
-        from kvenv.apply import noop_fast
+        from kvenv.env.apply import noop_fast
 
         done = noop_fast(loaded, locations, host, recorded)
         if done is not None:
@@ -295,9 +295,9 @@ def cmd_apply(args: argparse.Namespace) -> int:
 def cmd_activate(args: argparse.Namespace) -> int:
     from pathlib import Path
 
-    from kvenv.activation import activation_for, render
+    from kvenv.env.activation import activation_for, render
+    from kvenv.env.manifest import current_manifest_path, read_manifest
     from kvenv.errors import InputError
-    from kvenv.manifest import current_manifest_path, read_manifest
 
     if args.manifest:
         path: Path | None = Path(args.manifest)
@@ -322,7 +322,7 @@ def cmd_activate(args: argparse.Namespace) -> int:
 
 
 def cmd_status(args: argparse.Namespace) -> int:
-    from kvenv.apply import current_state, is_owned, list_generations
+    from kvenv.env.apply import current_state, is_owned, list_generations
 
     loaded, locations = _load(args)
     data: dict[str, Any] = {
@@ -368,9 +368,9 @@ def cmd_status(args: argparse.Namespace) -> int:
 
 
 def cmd_verify(args: argparse.Namespace) -> int:
-    from kvenv.apply import current_state, is_owned
+    from kvenv.env.apply import current_state, is_owned
+    from kvenv.env.verify import drift_error, shadowed, verify
     from kvenv.errors import InputError
-    from kvenv.verify import drift_error, shadowed, verify
 
     loaded, locations = _load(args)
     manifest = current_state(locations)[1] if is_owned(locations.root) else None
@@ -403,9 +403,9 @@ def cmd_verify(args: argparse.Namespace) -> int:
 
 
 def cmd_reset(args: argparse.Namespace) -> int:
-    from kvenv.apply import RootLock, is_owned
+    from kvenv.env.apply import RootLock, is_owned
+    from kvenv.env.reset import execute_reset, plan_reset
     from kvenv.errors import UsageError
-    from kvenv.reset import execute_reset, plan_reset
 
     _, locations = _load(args)
     plan = plan_reset(locations, purge_cache=args.purge_cache)

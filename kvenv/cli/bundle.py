@@ -47,8 +47,8 @@ def cmd_bundle(args: argparse.Namespace) -> int:
 
 
 def _make(args: argparse.Namespace) -> int:
-    from kvenv.bundle import make_bundle
-    from kvenv.profiles import load_profile
+    from kvenv.fetch.bundle import make_bundle
+    from kvenv.model.loading import load_profile
 
     loaded = load_profile(args.profile)
     progress = _Progress() if sys.stderr.isatty() and not args.json else None
@@ -78,8 +78,8 @@ def _make(args: argparse.Namespace) -> int:
 
 
 def _verify(directory: Path, *, as_json: bool) -> int:
-    from kvenv.bundle import open_bundle
     from kvenv.errors import CheckFailed, IntegrityError
+    from kvenv.fetch.bundle import open_bundle
 
     try:
         info = open_bundle(directory)

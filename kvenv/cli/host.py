@@ -17,9 +17,9 @@ from typing import TYPE_CHECKING, Any
 from kvenv.cli._io import emit_json, err, out
 
 if TYPE_CHECKING:
-    from kvenv.doctor import DoctorReport
-    from kvenv.profiles import LoadedProfile
-    from kvenv.snapshot import HostSnapshot
+    from kvenv.model.loading import LoadedProfile
+    from kvenv.model.snapshot import HostSnapshot
+    from kvenv.probe.doctor import DoctorReport
 
 _LABEL = {"pass": "PASS", "warning": "WARN", "error": "ERROR", "untested": "UNTESTED"}
 
@@ -92,7 +92,7 @@ def register(sub: Any) -> None:
 
 def _save_snapshot(snapshot: HostSnapshot, path: Path, *, exclusive: bool = False) -> None:
     from kvenv.errors import InputError
-    from kvenv.snapshot import dumps_snapshot
+    from kvenv.model.snapshot import dumps_snapshot
 
     text = dumps_snapshot(snapshot)
     if exclusive:
@@ -159,8 +159,8 @@ def _describe_snapshot(snap: HostSnapshot) -> None:
 
 
 def cmd_fingerprint(args: argparse.Namespace) -> int:
-    from kvenv.probe import take_snapshot
-    from kvenv.snapshot import snapshot_to_dict
+    from kvenv.model.snapshot import snapshot_to_dict
+    from kvenv.probe.host import take_snapshot
 
     snap = take_snapshot(import_torch=args.import_torch, python=args.python)
     if args.save:
@@ -179,10 +179,10 @@ def cmd_fingerprint(args: argparse.Namespace) -> int:
 
 def cmd_init(args: argparse.Namespace) -> int:
     from kvenv.errors import InputError, ProfileError, UsageError
-    from kvenv.fields import ProfileName, check
-    from kvenv.initprofile import render_profile
-    from kvenv.probe import take_snapshot
-    from kvenv.profiles import find_profile, load_profile
+    from kvenv.model.fields import ProfileName, check
+    from kvenv.model.init import render_profile
+    from kvenv.model.loading import find_profile, load_profile
+    from kvenv.probe.host import take_snapshot
 
     name: str = args.name
     reason = check(ProfileName, name)
@@ -248,17 +248,17 @@ def cmd_init(args: argparse.Namespace) -> int:
 def _load_host(
     host: str | None, *, import_torch: bool = False, python: str | None = None
 ) -> tuple[HostSnapshot, str]:
-    from kvenv.snapshot import read_snapshot
+    from kvenv.model.snapshot import read_snapshot
 
     if host:
         return read_snapshot(Path(host)), host
-    from kvenv.probe import take_snapshot
+    from kvenv.probe.host import take_snapshot
 
     return take_snapshot(import_torch=import_torch, python=python), "live probe"
 
 
 def _recorded(loaded: LoadedProfile) -> tuple[HostSnapshot | None, str | None]:
-    from kvenv.snapshot import read_snapshot
+    from kvenv.model.snapshot import read_snapshot
 
     path = loaded.snapshot_path
     if path is None:
@@ -270,10 +270,10 @@ def _recorded(loaded: LoadedProfile) -> tuple[HostSnapshot | None, str | None]:
 
 def _overlay(loaded: LoadedProfile) -> tuple[Any, str, list[Any]]:
     """(Overlay or None, note, extra dependency findings) for the profile's applied state."""
-    from kvenv.doctor import DependencyFinding, installed_in
+    from kvenv.env.manifest import current_manifest
     from kvenv.errors import InputError
-    from kvenv.locations import resolve_locations
-    from kvenv.manifest import current_manifest
+    from kvenv.model.locations import resolve_locations
+    from kvenv.probe.doctor import DependencyFinding, installed_in
 
     root = resolve_locations(loaded.profile).root
     try:
@@ -298,7 +298,7 @@ def _overlay(loaded: LoadedProfile) -> tuple[Any, str, list[Any]]:
 def _evaluator(loaded: LoadedProfile) -> Any:
     if loaded.profile.target is None:
         return None
-    from kvenv.target import TargetEnv
+    from kvenv.model.target import TargetEnv
 
     return TargetEnv.from_profile_target(loaded.profile.target).evaluate
 
@@ -333,8 +333,8 @@ def _print_report(report: DoctorReport, loaded: LoadedProfile, notes: list[str])
 
 
 def cmd_doctor(args: argparse.Namespace) -> int:
-    from kvenv.doctor import diagnose
-    from kvenv.profiles import load_profile
+    from kvenv.model.loading import load_profile
+    from kvenv.probe.doctor import diagnose
 
     loaded = load_profile(args.profile)
     host, source = _load_host(args.host, import_torch=args.import_torch, python=args.python)
@@ -369,12 +369,12 @@ def cmd_doctor(args: argparse.Namespace) -> int:
 
 
 def cmd_verify_gpus(args: argparse.Namespace) -> int:
-    from kvenv.checks import check_tensor_parallel
     from kvenv.errors import UsageError
+    from kvenv.probe.checks import check_tensor_parallel
 
     loaded = None
     if args.profile:
-        from kvenv.profiles import load_profile
+        from kvenv.model.loading import load_profile
 
         loaded = load_profile(args.profile)
     tp = args.tensor_parallel_size
@@ -387,7 +387,7 @@ def cmd_verify_gpus(args: argparse.Namespace) -> int:
         )
     notes: list[str] = []
     if args.host:
-        from kvenv.snapshot import read_snapshot
+        from kvenv.model.snapshot import read_snapshot
 
         snap = read_snapshot(Path(args.host))
         gpus, driver = list(snap.gpus), snap.driver
@@ -432,7 +432,7 @@ def cmd_verify_gpus(args: argparse.Namespace) -> int:
 
 
 def cmd_verify_wheel(args: argparse.Namespace) -> int:
-    from kvenv.stage import verify_wheel
+    from kvenv.env.stage import verify_wheel
 
     check = verify_wheel(Path(args.path), args.sha256)
     if args.json:
@@ -443,7 +443,7 @@ def cmd_verify_wheel(args: argparse.Namespace) -> int:
 
 
 def cmd_stage_wheel(args: argparse.Namespace) -> int:
-    from kvenv.stage import stage_wheel
+    from kvenv.env.stage import stage_wheel
 
     target = Path(args.target)
     check, dist_info = stage_wheel(Path(args.path), target, expected=args.sha256)

@@ -71,7 +71,7 @@ def register(sub: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from kvenv.profiles import load_profile
+    from kvenv.model.loading import load_profile
 
     loaded = load_profile(args.profile)
     if args.check:
@@ -83,7 +83,7 @@ def _check(args: argparse.Namespace, loaded: Any) -> int:
     from kvenv.errors import CheckFailed, LockError
     from kvenv.lock.check import check_lock
     from kvenv.lock.pylock import read_lock
-    from kvenv.snapshot import read_snapshot
+    from kvenv.model.snapshot import read_snapshot
 
     path: Path = args.output or loaded.lock_path
     if not path.is_file():

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 from kvenv.cli._io import emit_json, out
 
 if TYPE_CHECKING:
-    from kvenv.profiles import LoadedProfile
+    from kvenv.model.loading import LoadedProfile
 
 
 def register(sub: Any) -> None:
@@ -50,7 +50,7 @@ def _display(path: Path) -> str:
 
 def cmd_profiles(args: argparse.Namespace) -> int:
     from kvenv.errors import ProfileError
-    from kvenv.profiles import iter_profiles, load_profile
+    from kvenv.model.loading import iter_profiles, load_profile
 
     rows: list[dict[str, Any]] = []
     for name, origin, path in iter_profiles():
@@ -76,7 +76,7 @@ def cmd_profiles(args: argparse.Namespace) -> int:
 
 
 def cmd_show(args: argparse.Namespace) -> int:
-    from kvenv.profiles import dump_profile, load_profile, profile_to_dict
+    from kvenv.model.loading import dump_profile, load_profile, profile_to_dict
 
     loaded = load_profile(args.profile)
     if args.toml:
@@ -182,7 +182,7 @@ def _toml_scalar(value: object) -> str:
 def cmd_validate(args: argparse.Namespace) -> int:
     from kvenv.cli import EXIT_BAD_INPUT, EXIT_CHECK_FAILED, EXIT_OK
     from kvenv.errors import ProfileError
-    from kvenv.profiles import ProfileNotReadable, default_profile_ref, load_profile
+    from kvenv.model.loading import ProfileNotReadable, default_profile_ref, load_profile
 
     refs: list[str] = args.profiles or [default_profile_ref()]
     results: list[dict[str, Any]] = []
@@ -224,7 +224,7 @@ def cmd_validate(args: argparse.Namespace) -> int:
 
 
 def cmd_schema(args: argparse.Namespace) -> int:
-    from kvenv import schema
+    from kvenv.model import schema
 
     out(schema.dumps(schema.generate(args.name)).rstrip("\n"))
     return 0

@@ -29,7 +29,7 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
-from kvenv.hashing import HashingWriter, sha256_file
+from kvenv._util.hashing import HashingWriter, sha256_file
 
 LAYOUT = "artifacts-v1"
 MARKER = ".verified"
@@ -180,6 +180,6 @@ def _remove_tree(path: Path) -> None:
 
 def default_cache_root() -> Path:
     """``$KVENV_CACHE_DIR``, else the user cache directory (shared with the lock engine)."""
-    from kvenv.locations import default_cache_dir
+    from kvenv.model.locations import default_cache_dir
 
     return default_cache_dir()

@@ -10,14 +10,14 @@ from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import FIRST_EXCEPTION, Future, ThreadPoolExecutor, wait
 from pathlib import Path
 
-from kvenv.artifacts import Artifact, url_filename, verify_wheel_identity
+from kvenv._util.hashing import copy_hashing, sha256_file, sha_mismatch, size_mismatch
 from kvenv.errors import FetchError, IntegrityError, KvenvError, Problem, UsageError
 from kvenv.fetch import http
 from kvenv.fetch.cache import ArtifactCache
 from kvenv.fetch.hub import describe, download_hf, hub_offline
 from kvenv.fetch.index import find_on_index, locate_wheel
-from kvenv.hashing import copy_hashing, sha256_file, sha_mismatch, size_mismatch
-from kvenv.profile import HfSource, IndexSource, UrlSource
+from kvenv.model.profile import HfSource, IndexSource, UrlSource
+from kvenv.plan.artifacts import Artifact, url_filename, verify_wheel_identity
 
 Progress = Callable[[str, int, int | None], None]
 ATTEMPTS = 3
@@ -132,7 +132,7 @@ def _safe_filename(filename: str | None, artifact: Artifact) -> None:
 
 
 def _bundle_files(bundle: Path) -> dict[str, Path]:
-    from kvenv.bundle import open_bundle
+    from kvenv.fetch.bundle import open_bundle
 
     info = open_bundle(bundle)
     return {item.sha256: info.root / item.file for item in info.artifacts}

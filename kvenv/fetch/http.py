@@ -23,8 +23,8 @@ from typing import IO
 from urllib.parse import urlsplit, urlunsplit
 
 from kvenv import __version__
+from kvenv._util.hashing import CHUNK, HashingWriter, size_mismatch
 from kvenv.errors import FetchError
-from kvenv.hashing import CHUNK, HashingWriter, size_mismatch
 
 DEFAULT_TIMEOUT = 60.0
 LOOPBACK_HOSTS = frozenset({"127.0.0.1", "::1"})

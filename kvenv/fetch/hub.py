@@ -35,7 +35,7 @@ from urllib.parse import quote
 
 from kvenv.errors import FetchError
 from kvenv.fetch.http import Cancelled, check_url
-from kvenv.profile import HfSource
+from kvenv.model.profile import HfSource
 
 DEFAULT_ENDPOINT = "https://huggingface.co"
 TOKEN_VARIABLES = ("HF_TOKEN", "HUGGING_FACE_HUB_TOKEN")

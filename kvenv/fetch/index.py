@@ -19,7 +19,7 @@ from packaging.version import InvalidVersion, Version
 
 from kvenv.errors import FetchError, IntegrityError
 from kvenv.fetch.http import check_url, redact
-from kvenv.profile import IndexSource
+from kvenv.model.profile import IndexSource
 
 
 def find_on_index(

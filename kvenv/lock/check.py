@@ -26,9 +26,9 @@ from packaging.version import Version
 from kvenv.errors import Problem
 from kvenv.lock.candidates import name_key
 from kvenv.lock.pylock import LockFile
-from kvenv.profiles import LoadedProfile
-from kvenv.snapshot import HostSnapshot, snapshot_digest
-from kvenv.target import TargetEnv
+from kvenv.model.loading import LoadedProfile
+from kvenv.model.snapshot import HostSnapshot, snapshot_digest
+from kvenv.model.target import TargetEnv
 
 _SHA256 = re.compile(r"[0-9a-f]{64}")
 

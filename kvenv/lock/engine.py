@@ -17,7 +17,6 @@ from packaging.utils import NormalizedName, canonicalize_name
 from packaging.version import Version
 
 from kvenv.errors import InputError, KvenvError, LockError, UsageError
-from kvenv.locations import default_cache_dir
 from kvenv.lock.cache import Cache
 from kvenv.lock.candidates import Universe
 from kvenv.lock.finder import Finder
@@ -38,9 +37,10 @@ from kvenv.lock.pylock import (
 from kvenv.lock.reqfile import parse_requirements, read_requirements
 from kvenv.lock.resolve import LockRequest, Resolution, RootRequirement, resolve
 from kvenv.lock.sources import IndexConfig
-from kvenv.profiles import LoadedProfile
-from kvenv.snapshot import HostSnapshot, read_snapshot, snapshot_digest
-from kvenv.target import TargetEnv
+from kvenv.model.loading import LoadedProfile
+from kvenv.model.locations import default_cache_dir
+from kvenv.model.snapshot import HostSnapshot, read_snapshot, snapshot_digest
+from kvenv.model.target import TargetEnv
 
 # Locks kvenv writes are portable unless asked otherwise (docs/locks.md says why).
 DEFAULT_PORTABLE = True

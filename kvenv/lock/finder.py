@@ -35,7 +35,7 @@ from packaging.version import InvalidVersion, Version
 from kvenv.errors import FetchError
 from kvenv.lock.cache import Cache, CachedPage
 from kvenv.lock.sources import IndexConfig
-from kvenv.target import TargetEnv
+from kvenv.model.target import TargetEnv
 
 PAGE_TTL = 600.0
 ACCEPT = (

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import attrs
 
+from kvenv._util.hashing import sha256_file
 from kvenv.errors import FetchError, IntegrityError, KvenvError
-from kvenv.hashing import sha256_file
 from kvenv.lock.finder import Finder
 from kvenv.lock.metadata import (
     MetadataFetcher,
@@ -21,8 +21,8 @@ from kvenv.lock.metadata import (
 )
 from kvenv.lock.pylock import LockFile
 from kvenv.lock.reqfile import read_requirements
-from kvenv.profile import HfSource, IndexSource, Native, PathSource, UrlSource
-from kvenv.profiles import LoadedProfile
+from kvenv.model.loading import LoadedProfile
+from kvenv.model.profile import HfSource, IndexSource, Native, PathSource, UrlSource
 
 
 @attrs.frozen

@@ -23,8 +23,8 @@ from resolvelib import AbstractProvider
 
 from kvenv.errors import InputError
 from kvenv.lock.candidates import Candidate, Req, Universe, name_key, split_identifier
-from kvenv.snapshot import HostSnapshot
-from kvenv.target import TargetEnv
+from kvenv.model.snapshot import HostSnapshot
+from kvenv.model.target import TargetEnv
 
 
 @attrs.frozen

@@ -19,9 +19,10 @@ import attrs
 from packaging.pylock import Package, Pylock, PylockValidationError
 from packaging.utils import canonicalize_name
 
-from kvenv import convert, tomlio
+from kvenv._util import tomlio
 from kvenv.errors import InputError, LockError, Problem
-from kvenv.target import TargetEnv
+from kvenv.model import convert
+from kvenv.model.target import TargetEnv
 
 if TYPE_CHECKING:
     from kvenv.lock.resolve import LockedPackage, Resolution

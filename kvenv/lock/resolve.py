@@ -16,8 +16,8 @@ from kvenv.errors import ConflictError, Problem
 from kvenv.lock.candidates import Candidate, Req, Universe, name_key, split_identifier
 from kvenv.lock.finder import WheelFile
 from kvenv.lock.provider import Native, Policy, Provider, parse_requirement
-from kvenv.snapshot import HostSnapshot
-from kvenv.target import TargetEnv
+from kvenv.model.snapshot import HostSnapshot
+from kvenv.model.target import TargetEnv
 
 MAX_ROUNDS = 20000
 

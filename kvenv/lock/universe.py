@@ -13,8 +13,8 @@ from packaging.specifiers import SpecifierSet
 from packaging.utils import NormalizedName
 from packaging.version import Version
 
+from kvenv._util.hashing import sha256_file
 from kvenv.errors import FetchError
-from kvenv.hashing import sha256_file
 from kvenv.lock.cache import Cache
 from kvenv.lock.finder import Finder, WheelFile, _redact
 from kvenv.lock.metadata import DistMetadata, MetadataFetcher

@@ -13,8 +13,8 @@ import json
 import re
 from pathlib import PurePosixPath
 
+from kvenv.model.snapshot import CudaInfo
 from kvenv.probe.effects import RUN_TIMEOUT, Effects
-from kvenv.snapshot import CudaInfo
 
 NVIDIA_LIB = "/usr/local/nvidia/lib64"
 DEFAULT_HOME = "/usr/local/cuda"

@@ -13,8 +13,8 @@ from collections.abc import Iterable, Sequence
 from packaging.utils import canonicalize_name
 from packaging.version import InvalidVersion, Version
 
-from kvenv.fields import PackageName, Pep440Version, check
-from kvenv.snapshot import Distribution
+from kvenv.model.fields import PackageName, Pep440Version, check
+from kvenv.model.snapshot import Distribution
 
 
 def parse_headers(text: str) -> tuple[str | None, str | None, list[str]]:

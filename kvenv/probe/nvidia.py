@@ -15,8 +15,8 @@ import re
 
 import attrs
 
+from kvenv.model.snapshot import DriverInfo, GpuInfo
 from kvenv.probe.effects import RUN_TIMEOUT, Effects, NvmlReading, RunResult
-from kvenv.snapshot import DriverInfo, GpuInfo
 
 PROC_VERSION = "/proc/driver/nvidia/version"
 SYS_VERSION = "/sys/module/nvidia/version"

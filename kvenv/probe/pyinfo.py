@@ -16,10 +16,10 @@ from typing import Any
 import attrs
 
 from kvenv.errors import InputError
-from kvenv.fields import NonEmpty
+from kvenv.model.fields import NonEmpty
+from kvenv.model.snapshot import PythonInfo
 from kvenv.probe import child
 from kvenv.probe.effects import Effects
-from kvenv.snapshot import PythonInfo
 
 PROBE_TIMEOUT = 60.0
 SHORT_NAMES = {"cpython": "cp", "pypy": "pp", "ironpython": "ip", "jython": "jy"}

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from kvenv.fields import NonEmpty
+from kvenv.model.fields import NonEmpty
+from kvenv.model.snapshot import PlatformInfo
 from kvenv.probe.effects import Effects
-from kvenv.snapshot import PlatformInfo
 
 OSRELEASE = "/proc/sys/kernel/osrelease"
 

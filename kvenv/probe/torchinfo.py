@@ -16,8 +16,8 @@ from pathlib import Path
 
 import attrs
 
+from kvenv.model.snapshot import Distribution, TorchInfo
 from kvenv.probe.effects import Effects
-from kvenv.snapshot import Distribution, TorchInfo
 
 IMPORT_TIMEOUT = 180.0
 _CU_LABEL = re.compile(r"cu(\d+)(\d)$")

@@ -76,7 +76,7 @@ class RuntimeDefaults:
 def runtime_defaults(profile: str | None) -> RuntimeDefaults:
     """Load ``profile`` (a name or .toml path; None: the default profile) and return its
     runtime defaults, without the fields left unset (None means "don't pass")."""
-    from kvenv.profiles import load_profile
+    from kvenv.model.loading import load_profile
 
     loaded = load_profile(profile)
     runtime = loaded.profile.runtime
@@ -131,9 +131,9 @@ def _broken(exc: ModuleNotFoundError) -> RuntimeNotReady:
 
 def activate_runtime(profile: str | None) -> bool:
     try:
-        from kvenv.activation import activate_in_process
+        from kvenv.env.activation import activate_in_process
     except ModuleNotFoundError as exc:
-        if exc.name == "kvenv.activation":
+        if exc.name == "kvenv.env.activation":
             return False
         raise
     return bool(activate_in_process(profile=profile, manifest=None))

@@ -25,7 +25,7 @@ import attrs
 from packaging.version import InvalidVersion, Version
 
 from kvenv.errors import CheckFailed, Problem, RuntimeNotReady, UsageError
-from kvenv.fields import EnvName, check
+from kvenv.model.fields import EnvName, check
 from kvenv.runtime.logpipe import REDACT_ENV
 
 DEFAULT_PORT = 8000

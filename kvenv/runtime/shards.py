@@ -20,9 +20,10 @@ from typing import Any, Literal
 
 import attrs
 
-from kvenv import convert, hashing
+from kvenv._util import hashing
 from kvenv.errors import InputError, Problem, ShardError
-from kvenv.fields import NonEmpty, PositiveInt, RelPath, Sha256
+from kvenv.model import convert
+from kvenv.model.fields import NonEmpty, PositiveInt, RelPath, Sha256
 from kvenv.runtime.safetensors_header import Header, HeaderError, read_header
 
 TP_ONLY_PATTERN = "model-rank-{rank}-part-{part}.safetensors"
@@ -685,7 +686,7 @@ def _inside(root: Path, relpath: str) -> bool:
 
 
 def sha256_file(path: Path) -> str:
-    """The sha256 of ``path`` (streamed by :mod:`kvenv.hashing`)."""
+    """The sha256 of ``path`` (streamed by :mod:`kvenv._util.hashing`)."""
     digest, _ = hashing.sha256_file(path)
     return digest
 

@@ -26,7 +26,7 @@ from typing import Any
 import attrs
 import pytest
 
-from kvenv import tomlio
+from kvenv._util import tomlio
 from tests.e2e.hostenv import (
     TORCH_VERSION,
     VLLM_VERSION,

@@ -11,10 +11,10 @@ from pathlib import Path
 
 import attrs
 
-from kvenv.locations import Locations
-from kvenv.plan import LockInput, read_lock_input
-from kvenv.profiles import LoadedProfile, load_profile
-from kvenv.snapshot import HostSnapshot, snapshot_from_dict
+from kvenv.model.loading import LoadedProfile, load_profile
+from kvenv.model.locations import Locations
+from kvenv.model.snapshot import HostSnapshot, snapshot_from_dict
+from kvenv.plan.make import LockInput, read_lock_input
 from tests.support.wheels import build_wheel
 
 REVISION = "0123456789abcdef0123456789abcdef01234567"

@@ -28,7 +28,7 @@ FAULT_COUNT = "KVENV_FAULT_COUNT"
 
 # The driver: kvenv's CLI, loopback http allowed, and an optional seeded kill point. The phase
 # of a call is the area of the code it is in: "download" (kvenv.fetch, huggingface_hub,
-# kvenv.hashing), "install" (installer, kvenv.wheelinstall, kvenv.store) or "other".
+# kvenv._util.hashing), "install" (installer, kvenv.env.wheelinstall, kvenv.env.store) or "other".
 DRIVER = r"""
 import os, sys, signal, threading
 from kvenv.cli import main

@@ -1,4 +1,4 @@
-"""A small JSON Schema (draft 2020-12) validator for exactly the keywords kvenv.schema emits.
+"""A small JSON Schema (draft 2020-12) validator for exactly the keywords kvenv.model.schema emits.
 
 An unknown keyword is an error, so the generator cannot start emitting something this validator
 silently ignores. Patterns are matched with Python's ``re`` (the generated ones use only syntax

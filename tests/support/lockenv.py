@@ -17,7 +17,7 @@ from typing import Any
 
 from packaging.utils import canonicalize_name, parse_wheel_filename
 
-from kvenv.profiles import LoadedProfile, load_profile
+from kvenv.model.loading import LoadedProfile, load_profile
 from tests.support.wheels import build_wheel, sha256_of
 
 NATIVE_TAG = "cp312-cp312-manylinux_2_17_x86_64"

@@ -1,7 +1,8 @@
 """Hypothesis strategies built from kvenv's attrs models (any model, not only the profile).
 
 ``models(cls)`` walks the model's field types the way the converter does: the constrained
-NewTypes of ``kvenv.fields`` (regex patterns, bounds), ``Literal``, ``X | None``, lists, tables
+NewTypes of ``kvenv.model.fields`` (regex patterns, bounds), ``Literal``, ``X | None``, lists,
+tables
 and the ``kind``-tagged unions. ``valid_profiles()`` then repairs the few rules that span fields
 (ABI matches Python, TP within the GPU count, no duplicates, native not protected, wheel file
 name matching the native name and version), so every example passes ``check_profile``.
@@ -16,9 +17,9 @@ from typing import Any, Literal, get_args, get_origin
 import attrs
 from hypothesis import strategies as st
 
-from kvenv import fields
-from kvenv.profile import HfSource, IndexSource, Profile
-from kvenv.profiles import canonicalize_name
+from kvenv.model import fields
+from kvenv.model.loading import canonicalize_name
+from kvenv.model.profile import HfSource, IndexSource, Profile
 
 _VERSION = (
     r"[0-9]{1,3}(\.[0-9]{1,3}){0,3}((a|b|rc)[0-9]{1,2})?(\.post[0-9])?(\.dev[0-9])?"

@@ -1,0 +1,80 @@
+"""The one atomic file writer: every file of kvenv's state (manifests, the generation pointer,
+locks, snapshots, shims, cache entries, shard manifests) is written through here.
+
+A write goes to a uniquely named temporary file in the destination's directory, is flushed and
+fsynced (``durable=True``, the default), then ``os.replace``d over the destination, and the
+directory is fsynced so the rename itself survives a crash. A reader sees the old bytes or the
+new bytes, never a torn file; a failure at any point removes the temporary file and leaves the
+old destination untouched. ``exclusive=True`` refuses to replace an existing file (the
+destination is created with a hard link, which fails if it exists).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from pathlib import Path
+from typing import Any
+
+__all__ = ["fsync_dir", "write_bytes", "write_json", "write_text"]
+
+
+def write_bytes(
+    path: Path,
+    data: bytes,
+    *,
+    mode: int = 0o644,
+    durable: bool = True,
+    exclusive: bool = False,
+    make_parents: bool = False,
+) -> None:
+    """Replace (or, ``exclusive``, create) ``path`` with ``data`` atomically."""
+    if make_parents:
+        path.parent.mkdir(parents=True, exist_ok=True)
+    fd, name = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    temp = Path(name)
+    try:
+        with os.fdopen(fd, "wb") as stream:
+            stream.write(data)
+            stream.flush()
+            if durable:
+                os.fsync(stream.fileno())
+        os.chmod(temp, mode)
+        if exclusive:
+            os.link(temp, path)  # FileExistsError when path exists: nothing is replaced
+            temp.unlink()
+        else:
+            os.replace(temp, path)
+    except BaseException:
+        temp.unlink(missing_ok=True)
+        raise
+    if durable:
+        fsync_dir(path.parent)
+
+
+def write_text(path: Path, text: str, **options: Any) -> None:
+    """:func:`write_bytes` of ``text`` encoded as UTF-8 (newlines written as given)."""
+    write_bytes(path, text.encode("utf-8"), **options)
+
+
+def write_json(path: Path, data: Any, **options: Any) -> None:
+    """:func:`write_bytes` of ``data`` as indented JSON with a final newline; NaN and infinity
+    are refused (``ValueError``): kvenv never writes non-standard JSON."""
+    text = json.dumps(data, indent=2, allow_nan=False) + "\n"
+    write_bytes(path, text.encode("utf-8"), **options)
+
+
+def fsync_dir(directory: Path) -> None:
+    """Make a rename or creation inside ``directory`` durable (a no-op where directories
+    cannot be opened, as on Windows)."""
+    try:
+        fd = os.open(directory, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)

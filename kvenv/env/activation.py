@@ -1,0 +1,280 @@
+"""Activating an applied generation: for a shell (``kvenv activate``) or in-process
+(``kvenv.activate()``). Never downloads or installs anything.
+
+Import order: the overlay, then the native dir, ahead of the host's site-packages, so the
+overlay wins over host copies but never over a protected package (none can be in those dirs:
+that is checked on every activation). ``.pth`` files in those dirs are honoured the way
+``site.addsitedir`` honours them: their path lines are expanded when the generation is built
+(into ``PYTHONPATH``, so shells get them) and their ``import`` lines run in-process by
+:func:`activate_in_process`, which uses ``site.addsitedir`` itself. PATH gets the generation's
+``bin``; LD_LIBRARY_PATH the host torch's ``lib`` and the driver/CUDA library dirs.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shlex
+import sys
+from collections.abc import Iterable, Mapping, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Literal, get_args
+
+from kvenv._util.importnames import import_name_of, protected_import_names
+from kvenv.env.manifest import Activation, Manifest, path_inside
+from kvenv.errors import InputError, IntegrityError, RuntimeNotReady, UsageError
+
+if TYPE_CHECKING:  # activation is on the hot path: import only what it runs
+    from kvenv.model.snapshot import HostSnapshot
+
+Shell = Literal["bash", "zsh", "fish", "pwsh", "json"]
+SHELLS: tuple[str, ...] = get_args(Shell)
+DEFAULT_DRIVER_DIRS = ("/usr/local/nvidia/lib64", "/usr/local/cuda/lib64")
+ENV_ACTIVE = "KVENV_ACTIVE_GENERATION"
+_ACTIVATED: set[str] = set()  # generations whose .pth files ran in this process
+
+
+def read_pth_files(site_dir: Path, generation: Path) -> tuple[list[str], list[str], list[str]]:
+    """The ``.pth`` files of ``site_dir`` as ``site`` would process them (sorted by name):
+    (path lines inside the generation, import lines, notes about lines that were dropped)."""
+    paths: list[str] = []
+    imports: list[str] = []
+    notes: list[str] = []
+    if not site_dir.is_dir():
+        return paths, imports, notes
+    for pth in sorted(p for p in site_dir.iterdir() if p.name.endswith(".pth")):
+        if pth.name.startswith("."):
+            continue
+        try:
+            lines = pth.read_text(encoding="utf-8").splitlines()
+        except (OSError, UnicodeDecodeError):
+            notes.append(f"{pth.name}: unreadable, skipped")
+            continue
+        for line in lines:
+            stripped = line.strip()
+            if not stripped or stripped.startswith("#"):
+                continue
+            if stripped.startswith(("import ", "import\t")):
+                imports.append(stripped)
+                continue
+            full = os.path.normpath(os.path.join(site_dir, stripped))
+            if not path_inside(full, str(generation)):
+                notes.append(f"{pth.name}: path {stripped!r} is outside the generation, ignored")
+            elif os.path.isdir(full) and full not in paths:
+                paths.append(full)
+    return paths, imports, notes
+
+
+def check_not_shadowing(dirs: Iterable[Path], protected: Iterable[str]) -> None:
+    """Refuse activation when a protected import name exists in one of ``dirs``."""
+    names = protected_import_names(protected)
+    for directory in dirs:
+        if not directory.is_dir():
+            continue
+        for child in directory.iterdir():
+            if import_name_of(child.name) in names:
+                raise IntegrityError(
+                    f"{child} would shadow the protected host package {child.name!r}",
+                    hint="remove it (`kvenv reset`, then `kvenv apply`); protected packages "
+                    "come from the host only",
+                )
+
+
+def host_library_dirs(host: HostSnapshot | None) -> list[str]:
+    """The host torch's ``lib`` dir, then the driver and CUDA library dirs."""
+    out: list[str] = []
+    if host is not None and host.torch is not None and host.torch.location:
+        location = host.torch.location
+        if location.endswith(".py"):
+            location = os.path.dirname(location)
+        out.append(os.path.join(location, "lib"))
+    candidates: Sequence[str] = DEFAULT_DRIVER_DIRS
+    if host is not None and host.cuda is not None and host.cuda.library_dirs:
+        candidates = [*host.cuda.library_dirs, *DEFAULT_DRIVER_DIRS]
+    for directory in candidates:
+        if directory not in out and os.path.isdir(directory):
+            out.append(directory)
+    return out
+
+
+def build_activation(
+    *,
+    generation: Path,
+    overlay: Path,
+    native: Path,
+    bin_dir: Path,
+    host: HostSnapshot | None,
+    env: Mapping[str, str],
+    protected: Iterable[str],
+) -> tuple[Activation, list[str]]:
+    """The activation of a freshly built generation, and notes about ``.pth`` lines."""
+    protected = tuple(protected)
+    check_not_shadowing((overlay, native), protected)
+    pythonpath: list[str] = []
+    imports: list[str] = []
+    notes: list[str] = []
+    for site_dir in (overlay, native):
+        pythonpath.append(str(site_dir))
+        extra, hooks, dropped = read_pth_files(site_dir, generation)
+        pythonpath.extend(p for p in extra if p not in pythonpath)
+        imports.extend(hooks)
+        notes.extend(dropped)
+    activation = Activation(
+        pythonpath=pythonpath,
+        path=[str(bin_dir)],
+        ld_library_path=host_library_dirs(host),
+        env=dict(env),
+        pth_imports=imports,
+        site_dirs=[str(overlay), str(native)],
+    )
+    return activation, notes
+
+
+def activation_for(manifest: Manifest, host: HostSnapshot | None = None) -> Activation:
+    """The activation of an applied generation, checked: its dirs exist and shadow nothing
+    protected. With ``host``, the library dirs are taken from it afresh."""
+    missing = [d for d in (manifest.dirs.overlay, manifest.dirs.native) if not os.path.isdir(d)]
+    if missing:
+        raise RuntimeNotReady(
+            f"runtime paths from the manifest are unavailable: {', '.join(missing)}",
+            hint="run `kvenv apply` again (or `kvenv reset` then `kvenv apply`)",
+        )
+    check_not_shadowing(
+        (Path(manifest.dirs.overlay), Path(manifest.dirs.native)), manifest.protected
+    )
+    activation = manifest.activation
+    if host is not None:
+        import attrs
+
+        activation = attrs.evolve(activation, ld_library_path=host_library_dirs(host))
+    return activation
+
+
+# -- rendering ---------------------------------------------------------------------------------
+
+
+def _fish_quote(value: str) -> str:
+    return "'" + value.replace("\\", "\\\\").replace("'", "\\'") + "'"
+
+
+def _pwsh_quote(value: str) -> str:
+    return "'" + value.replace("'", "''") + "'"
+
+
+def _variables(activation: Activation) -> list[tuple[str, list[str]]]:
+    return [
+        ("PYTHONPATH", activation.pythonpath),
+        ("PATH", activation.path),
+        ("LD_LIBRARY_PATH", activation.ld_library_path),
+    ]
+
+
+def render(activation: Activation, shell: str, *, manifest_path: str | None = None) -> str:
+    """The activation as text for ``shell``: prepend to the path variables, set the rest."""
+    if shell not in SHELLS:
+        raise UsageError(f"unknown shell {shell!r}", hint=f"choose one of {', '.join(SHELLS)}")
+    extra = dict(activation.env)
+    if manifest_path:
+        extra["KVENV_MANIFEST"] = manifest_path
+    if shell == "json":
+        data = {
+            "prepend": {name: entries for name, entries in _variables(activation)},
+            "set": extra,
+            "pth_imports": activation.pth_imports,
+        }
+        return json.dumps(data, indent=2) + "\n"
+    lines: list[str] = []
+    for name, entries in _variables(activation):
+        if not entries:
+            continue
+        joined = os.pathsep.join(entries)
+        if shell in ("bash", "zsh"):
+            lines.append(f'export {name}={shlex.quote(joined)}"${{{name}:+:${name}}}"')
+        elif shell == "fish":
+            quoted = " ".join(_fish_quote(e) for e in entries)
+            lines.append(f"set -gx {name} {quoted} ${name}")
+        else:
+            lines.append(
+                f"$env:{name} = {_pwsh_quote(joined)} + "
+                f"$(if ($env:{name}) {{ '{os.pathsep}' + $env:{name} }} else {{ '' }})"
+            )
+    for name, value in extra.items():
+        if shell in ("bash", "zsh"):
+            lines.append(f"export {name}={shlex.quote(value)}")
+        elif shell == "fish":
+            lines.append(f"set -gx {name} {_fish_quote(value)}")
+        else:
+            lines.append(f"$env:{name} = {_pwsh_quote(value)}")
+    return "\n".join(lines) + "\n"
+
+
+# -- in-process --------------------------------------------------------------------------------
+
+
+def locate_manifest(
+    profile: str | None = None,
+    manifest: str | os.PathLike[str] | None = None,
+    *,
+    root: str | os.PathLike[str] | None = None,
+) -> Path | None:
+    """The manifest to activate: the argument, ``$KVENV_MANIFEST``, else the current
+    generation of the profile's runtime root. None when nothing was applied."""
+    from kvenv.env.manifest import current_manifest_path
+    from kvenv.model.locations import ENV_MANIFEST
+
+    if manifest is not None:
+        return Path(manifest)
+    if profile is None and root is None and os.environ.get(ENV_MANIFEST):
+        return Path(os.environ[ENV_MANIFEST])
+    from kvenv.model.loading import load_profile
+    from kvenv.model.locations import resolve_locations
+
+    loaded = load_profile(profile)
+    locations = resolve_locations(loaded.profile, root=os.fspath(root) if root else None)
+    return current_manifest_path(locations.root)
+
+
+def _prepend_env(name: str, entries: Sequence[str]) -> None:
+    current = [e for e in os.environ.get(name, "").split(os.pathsep) if e]
+    merged = list(entries) + [e for e in current if e not in entries]
+    os.environ[name] = os.pathsep.join(merged)
+
+
+def activate_in_process(
+    profile: str | None = None, manifest: str | os.PathLike[str] | None = None
+) -> bool:
+    """Activate an applied generation in this interpreter and, through ``os.environ``, in its
+    child processes. False when nothing was applied; :class:`KvenvError` when it is broken."""
+    import importlib
+    import site
+
+    from kvenv.env.manifest import read_manifest
+
+    path = locate_manifest(profile, manifest)
+    if path is None:
+        return False
+    if not path.exists():
+        if manifest is not None:
+            raise InputError(f"manifest not found: {path}", hint="run `kvenv apply` first")
+        return False
+    loaded = read_manifest(path)
+    activation = activation_for(loaded)
+    before = list(sys.path)
+    if loaded.generation not in _ACTIVATED:
+        for site_dir in activation.site_dirs:
+            if site_dir in sys.path:
+                sys.path.remove(site_dir)
+            site.addsitedir(site_dir)  # runs the .pth files, import lines included
+        _ACTIVATED.add(loaded.generation)
+    new = [p for p in sys.path if p not in before]
+    front = list(activation.pythonpath) + [p for p in new if p not in activation.pythonpath]
+    sys.path[:] = front + [p for p in sys.path if p not in front]
+    for name, entries in _variables(activation):
+        if entries:
+            _prepend_env(name, entries)
+    for key, value in activation.env.items():
+        os.environ[key] = value
+    os.environ["KVENV_MANIFEST"] = str(path)
+    os.environ[ENV_ACTIVE] = loaded.generation
+    importlib.invalidate_caches()
+    return True

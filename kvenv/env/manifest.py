@@ -1,0 +1,306 @@
+"""The manifest of an applied generation: what was installed where, for which profile and lock,
+and how to activate it. JSON, schema 1 (``schemas/manifest.schema.json``).
+
+It is written last into its generation directory (tmp + fsync + ``os.replace``); the pointer
+``<root>/current.json`` names the current generation. A manifest whose directories or
+``PYTHONPATH``/``PATH`` entries lie outside its runtime root is refused on reading.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any, Literal
+
+import attrs
+
+from kvenv._util.jsonio import read_json
+from kvenv.errors import InputError, Problem
+from kvenv.model import convert
+from kvenv.model.fields import Sha256
+
+MANIFEST_SCHEMA = 1
+MANIFEST_NAME = "manifest.json"
+POINTER_NAME = "current.json"
+
+Layer = Literal["native", "overlay"]
+
+
+@attrs.frozen
+class ProfileRef:
+    name: str
+    digest: str
+    path: str | None = None
+
+
+@attrs.frozen
+class NativeIdentity:
+    name: str
+    version: str
+    sha256: Sha256
+    source: str  # "hf:owner/repo@<rev>/<file>", "url:<url>", "path:<p>", "index:<file>"
+
+
+@attrs.frozen
+class GenerationDirs:
+    """Absolute directories of one generation, all inside the runtime root."""
+
+    generation: str
+    native: str
+    overlay: str
+    bin: str
+
+
+@attrs.frozen
+class RecordMismatch:
+    """A file whose bytes differ from the hash or size its wheel's RECORD gives, accepted
+    because the profile waives that wheel's RECORD (``[[overlay.record_waivers]]``).
+    ``expected`` and ``actual`` are RECORD columns: ``sha256=<urlsafe b64>,<size>``."""
+
+    file: str
+    expected: str
+    actual: str
+
+
+@attrs.frozen
+class FileConflict:
+    """Two wheels of one layer providing the same file with different bytes: the one first in
+    canonical name order (the lock's order) keeps it; the other's RECORD entry is shadowed.
+    ``file`` is the RECORD path, relative to the layer's directory."""
+
+    file: str
+    winner: str
+    loser: str
+    layer: Layer = "overlay"
+
+
+@attrs.frozen
+class InstalledDistribution:
+    name: str
+    version: str
+    layer: Layer
+    dist_info: str
+    record_digest: str
+    wheel_sha256: Sha256
+    top_level: list[str] = attrs.field(factory=list)
+    scripts: list[str] = attrs.field(factory=list)
+    record_waived: list[RecordMismatch] = attrs.field(factory=list)
+
+
+@attrs.frozen
+class HostPackage:
+    """A protected host package as it was when the generation was applied."""
+
+    name: str
+    version: str | None = None
+    location: str | None = None
+
+
+@attrs.frozen
+class Activation:
+    """What activating the generation sets: entries are prepended to the variables."""
+
+    pythonpath: list[str] = attrs.field(factory=list)
+    path: list[str] = attrs.field(factory=list)
+    ld_library_path: list[str] = attrs.field(factory=list)
+    env: dict[str, str] = attrs.field(factory=dict)
+    pth_imports: list[str] = attrs.field(factory=list)  # .pth "import" lines, in order
+    site_dirs: list[str] = attrs.field(factory=list)  # dirs whose .pth files are processed
+
+
+@attrs.frozen
+class Manifest:
+    schema: Literal[1]
+    kvenv_version: str
+    created_at: str
+    root: str
+    dirs: GenerationDirs
+    profile: ProfileRef
+    lock_digest: str | None
+    native: NativeIdentity | None
+    distributions: list[InstalledDistribution]
+    activation: Activation
+    protected: list[str] = attrs.field(factory=list)
+    host_protected: list[HostPackage] = attrs.field(factory=list)
+    python: str | None = None
+    notes: list[str] = attrs.field(factory=list)
+    conflicts: list[FileConflict] = attrs.field(factory=list)
+
+    @property
+    def generation(self) -> str:
+        return self.dirs.generation
+
+    def matches(self, profile_digest: str, lock_digest: str | None, native_sha: str | None) -> bool:
+        """Whether this manifest is the applied state of exactly these inputs."""
+        have = self.native.sha256 if self.native else None
+        return (
+            self.profile.digest == profile_digest
+            and self.lock_digest == lock_digest
+            and have == native_sha
+        )
+
+
+@attrs.frozen
+class Pointer:
+    """``<root>/current.json``: which generation is current."""
+
+    schema: Literal[1]
+    generation: str
+    previous: str | None = None
+
+
+def manifest_to_dict(manifest: Manifest) -> dict[str, Any]:
+    data: dict[str, Any] = convert.unstructure(manifest)
+    data["lock_digest"] = manifest.lock_digest
+    data["native"] = data.get("native")
+    return data
+
+
+def dumps_manifest(manifest: Manifest) -> str:
+    return json.dumps(manifest_to_dict(manifest), indent=2) + "\n"
+
+
+def path_inside(path: str, root: str) -> bool:
+    """Is ``path`` ``root`` or below it, lexically (both normalized; no file system access)?"""
+    norm, base = os.path.normpath(path), os.path.normpath(root)
+    return norm == base or norm.startswith(base.rstrip(os.sep) + os.sep)
+
+
+def check_manifest(manifest: Manifest, *, file: str | None, root: Path | None) -> list[Problem]:
+    """Cross-field checks: every runtime path inside the runtime root (and ``root``, if given)."""
+    problems: list[Problem] = []
+    base = manifest.root
+    if not os.path.isabs(base) or ".." in Path(base).parts:
+        problems.append(Problem("root must be an absolute path", file=file, path="$.root"))
+        return problems
+    if root is not None and os.path.normpath(base) != os.path.normpath(root):
+        problems.append(
+            Problem(
+                f"manifest belongs to the runtime root {base}, not {root}",
+                file=file,
+                path="$.root",
+                fix="pass the matching --root or re-run kvenv apply",
+            )
+        )
+    dirs = manifest.dirs
+    if "/" in dirs.generation or dirs.generation.startswith("."):
+        problems.append(Problem("not a generation id", file=file, path="$.dirs.generation"))
+    checks: list[tuple[str, str]] = [
+        ("$.dirs.native", dirs.native),
+        ("$.dirs.overlay", dirs.overlay),
+        ("$.dirs.bin", dirs.bin),
+    ]
+    checks += [
+        (f"$.activation.pythonpath[{i}]", p) for i, p in enumerate(manifest.activation.pythonpath)
+    ]
+    checks += [(f"$.activation.path[{i}]", p) for i, p in enumerate(manifest.activation.path)]
+    checks += [
+        (f"$.activation.site_dirs[{i}]", p) for i, p in enumerate(manifest.activation.site_dirs)
+    ]
+    for where, value in checks:
+        if not os.path.isabs(value) or ".." in Path(value).parts or not path_inside(value, base):
+            problems.append(
+                Problem(
+                    f"{value!r} is outside the runtime root {base}",
+                    file=file,
+                    path=where,
+                    fix="the manifest was edited or is not kvenv's: re-run kvenv apply",
+                )
+            )
+    for index, entry in enumerate(manifest.activation.ld_library_path):
+        if not os.path.isabs(entry):
+            problems.append(
+                Problem(
+                    "not an absolute path", file=file, path=f"$.activation.ld_library_path[{index}]"
+                )
+            )
+    return problems
+
+
+def manifest_from_dict(data: Any, *, file: str | None, root: Path | None = None) -> Manifest:
+    manifest = convert.structure(data, Manifest, file=file, what="manifest")
+    problems = check_manifest(manifest, file=file, root=root)
+    if problems:
+        raise InputError(f"invalid manifest: {file or '<input>'}", problems=problems)
+    return manifest
+
+
+def read_manifest(path: Path, *, root: Path | None = None) -> Manifest:
+    """Read and check a manifest; raise :class:`InputError` naming the file and ``$.path``."""
+    data = read_json(
+        path,
+        what="manifest",
+        missing_hint="run `kvenv apply` to create one",
+        invalid_hint="re-run `kvenv apply`, or `kvenv reset` to start over",
+    )
+    return manifest_from_dict(data, file=str(path), root=root)
+
+
+def write_json_atomic(path: Path, data: Any) -> None:
+    """Write JSON to ``path`` atomically: temp file in the same directory, fsync, replace,
+    fsync the directory."""
+    text = json.dumps(data, indent=2) + "\n"
+    temp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    try:
+        with open(fd, "w", encoding="utf-8") as stream:
+            stream.write(text)
+            stream.flush()
+            os.fsync(stream.fileno())
+        os.replace(temp, path)
+    except BaseException:
+        temp.unlink(missing_ok=True)
+        raise
+    fsync_dir(path.parent)
+
+
+def fsync_dir(directory: Path) -> None:
+    fd = os.open(directory, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def write_manifest(path: Path, manifest: Manifest) -> None:
+    write_json_atomic(path, manifest_to_dict(manifest))
+
+
+def read_pointer(root: Path) -> Pointer | None:
+    """The current-generation pointer of ``root``, or None when nothing was applied."""
+    path = root / POINTER_NAME
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        return None
+    except (OSError, ValueError) as exc:
+        raise InputError(
+            f"cannot read {path}: {exc}", hint="run `kvenv reset` then `kvenv apply`"
+        ) from None
+    pointer = convert.structure(data, Pointer, file=str(path), what="generation pointer")
+    if "/" in pointer.generation or pointer.generation.startswith("."):
+        raise InputError(
+            f"invalid generation pointer: {path}",
+            problems=[Problem("not a generation id", file=str(path), path="$.generation")],
+        )
+    return pointer
+
+
+def generation_dir(root: Path, generation: str) -> Path:
+    return root / "generations" / generation
+
+
+def current_manifest_path(root: Path) -> Path | None:
+    pointer = read_pointer(root)
+    if pointer is None:
+        return None
+    return generation_dir(root, pointer.generation) / MANIFEST_NAME
+
+
+def current_manifest(root: Path) -> Manifest | None:
+    """The manifest of the current generation of ``root``, or None when nothing was applied."""
+    path = current_manifest_path(root)
+    if path is None:
+        return None
+    return read_manifest(path, root=root)

@@ -1,0 +1,467 @@
+"""A content-addressed store of unpacked wheels, and generations built from it by hard links.
+
+Each wheel is unpacked once, by :func:`kvenv.env.wheelinstall.install_wheel`, into
+``<cache>/store/<sha256>/`` with the layout of a generation (``site/``, ``bin/``, ``data/``,
+``include/``): it is written into a temporary directory beside it and renamed into place, and
+the marker file ``.kvenv-store.json`` (what was installed, every RECORD path) makes an entry
+complete. A generation is then built by hard-linking the files (copying where links fail, e.g.
+across filesystems), so re-applying wheels seen before costs links, not unzips. Relative RECORD
+paths (``../bin/x``) stay valid because the generation has the same sibling layout.
+
+Console scripts are stored with the portable ``#!python`` shebang and written into a
+generation with its interpreter's shebang; such a distribution gets a fresh RECORD with the
+scripts' new hashes (every other file and RECORD is a link).
+
+Two wheels of one layer providing the same file: identical bytes are one file; different bytes
+are resolved deterministically, as ``pip install --target`` does for the first wheel it
+installs: the distribution first in canonical name order (the lock's order) keeps the file and
+the conflict is reported (:class:`kvenv.env.manifest.FileConflict`). A file the overlay would add
+to the directories it shares with the native layer (``bin``, ``data``, ``include``) that the
+native wheel already provides with other bytes is an error: the overlay never replaces the
+native wheel's files. (Same-named modules in ``native/`` and ``overlay/`` are separate files;
+which one imports is the activation's order, overlay first.)
+
+A store entry unpacked with a waived RECORD (its hash/size lies are in the marker) is linked
+only into a layer whose profile waives that distribution too.
+"""
+
+from __future__ import annotations
+
+import base64
+import csv
+import errno
+import hashlib
+import io
+import json
+import os
+import shutil
+import tempfile
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+import attrs
+
+from kvenv._util.importnames import fold, import_name_of, protected_import_names
+from kvenv.env.manifest import FileConflict, Layer
+from kvenv.env.wheelinstall import InstalledDist, install_wheel
+from kvenv.errors import InputError, InstallError, IntegrityError
+from kvenv.model import convert
+
+MARKER = ".kvenv-store.json"
+# 2: the marker records the RECORD lies a waiver accepted (``record_waived``); an entry of
+# format 1 cannot say whether it has any, so it is unpacked again.
+STORE_FORMAT = 2
+PORTABLE_PYTHON = "python"
+LAYOUT = ("site", "bin", "data", "include")
+
+
+@attrs.frozen
+class StoreEntry:
+    """A complete, unpacked wheel in the store."""
+
+    sha256: str
+    path: Path
+    dist: InstalledDist
+
+    def source_of(self, record_path: str) -> Path:
+        return self.path / "site" / record_path
+
+
+@attrs.frozen
+class _Marker:
+    format: int
+    sha256: str
+    dist: InstalledDist
+
+
+Progress = Callable[[str, int, int], None]
+
+
+def entry_dir(store: Path, sha256: str) -> Path:
+    return store / sha256
+
+
+def lookup(store: Path, sha256: str) -> StoreEntry | None:
+    """The complete store entry for ``sha256``, or None."""
+    directory = entry_dir(store, sha256)
+    try:
+        data = json.loads((directory / MARKER).read_text(encoding="utf-8"))
+        marker = convert.structure(data, _Marker, file=str(directory / MARKER), what="marker")
+    except (OSError, ValueError, InputError):
+        return None  # absent, partial or from another kvenv version: not a complete entry
+    if marker.format != STORE_FORMAT or marker.sha256 != sha256:
+        return None
+    return StoreEntry(sha256, directory, marker.dist)
+
+
+def unpack(
+    store: Path,
+    sha256: str,
+    wheel: Path,
+    *,
+    protected: Iterable[str] = (),
+    record_waivers: Iterable[str] = (),
+    jobs: int = 1,
+) -> StoreEntry:
+    """Unpack ``wheel`` (already verified to have ``sha256``) into the store, once; a large
+    wheel is written by ``jobs`` threads. ``record_waivers`` names the distributions whose
+    RECORD hash/size lies are accepted (and kept in the entry's marker)."""
+    found = lookup(store, sha256)
+    if found is not None:
+        return found
+    store.mkdir(parents=True, exist_ok=True)
+    final = entry_dir(store, sha256)
+    if final.exists():  # an entry without a valid marker: a leftover, never a complete entry
+        shutil.rmtree(final)
+    temp = Path(tempfile.mkdtemp(prefix=f".tmp-{sha256[:16]}-", dir=store))
+    try:
+        dist = install_wheel(
+            wheel,
+            temp / "site",
+            protected=protected,
+            python=PORTABLE_PYTHON,
+            bin_dir=temp / "bin",
+            data_dir=temp / "data",
+            include_dir=temp / "include",
+            record_waivers=record_waivers,
+            jobs=jobs,
+        )
+        marker = convert.unstructure(_Marker(STORE_FORMAT, sha256, dist))
+        (temp / MARKER).write_text(json.dumps(marker), encoding="utf-8")
+        try:
+            os.rename(temp, final)
+        except OSError as exc:
+            if exc.errno not in (errno.ENOTEMPTY, errno.EEXIST):
+                raise
+            shutil.rmtree(temp)  # another process finished the same entry first
+    except BaseException:
+        shutil.rmtree(temp, ignore_errors=True)
+        raise
+    entry = lookup(store, sha256)
+    if entry is None:
+        raise InstallError(f"store entry for {wheel.name} is unreadable: {final}")
+    return entry
+
+
+def unpack_all(
+    store: Path,
+    wheels: Mapping[str, Path],
+    *,
+    protected: Iterable[str] = (),
+    record_waivers: Iterable[str] = (),
+    jobs: int = 8,
+    progress: Progress | None = None,
+) -> dict[str, StoreEntry]:
+    """Unpack every wheel (sha256 -> verified file) not yet in the store, in parallel."""
+    protected = tuple(protected)
+    waivers = tuple(record_waivers)
+    out: dict[str, StoreEntry] = {}
+    todo: dict[str, Path] = {}
+    for sha, path in wheels.items():
+        found = lookup(store, sha)
+        if found is None:
+            todo[sha] = path
+        else:
+            out[sha] = found
+    if todo:
+        workers = max(1, min(_cpu_jobs(jobs), len(todo)))
+        with ThreadPoolExecutor(workers, thread_name_prefix="kvenv-unpack") as pool:
+            futures = {
+                sha: pool.submit(
+                    unpack,
+                    store,
+                    sha,
+                    path,
+                    protected=protected,
+                    record_waivers=waivers,
+                    jobs=workers,
+                )
+                for sha, path in sorted(todo.items(), key=lambda kv: -_size(kv[1]))
+            }
+            for done, (sha, future) in enumerate(futures.items(), 1):
+                out[sha] = future.result()
+                if progress:
+                    progress("unpack", done, len(todo))
+    return {sha: out[sha] for sha in wheels}
+
+
+def _cpu_jobs(jobs: int) -> int:
+    """Threads for unpacking or linking: ``jobs`` (sized for downloads) but no more than the
+    CPUs, since inflating, hashing and file creation gain nothing from more (measured)."""
+    return max(1, min(jobs, os.cpu_count() or 1))
+
+
+def _size(path: Path) -> int:
+    try:
+        return path.stat().st_size
+    except OSError:
+        return 0
+
+
+@attrs.frozen
+class GenerationLayout:
+    """The directories one layer of a generation is built into (siblings, like the store)."""
+
+    site: Path
+    bin: Path
+    data: Path
+    include: Path
+
+    @classmethod
+    def beside(cls, site: Path) -> GenerationLayout:
+        parent = site.parent
+        return cls(site, parent / "bin", parent / "data", parent / "include")
+
+
+def check_protected(entries: Sequence[StoreEntry], protected: Iterable[str]) -> None:
+    """Refuse a store entry whose files land in a protected import name (the store is shared
+    between profiles, so each generation checks again with its own protected set)."""
+    names = protected_import_names(protected)
+    for entry in entries:
+        firsts = {path.split("/", 1)[0] for path in entry.dist.files if not path.startswith("../")}
+        for first in sorted(firsts):
+            if import_name_of(first) in names:
+                record_path = next(p for p in entry.dist.files if p.split("/", 1)[0] == first)
+                raise IntegrityError(
+                    f"{entry.dist.name} {entry.dist.version} would write {record_path!r} into "
+                    f"the protected package {first!r}",
+                    hint="protected host packages are never written or shadowed; remove the "
+                    "wheel from the overlay",
+                )
+
+
+def check_record_waivers(entries: Sequence[StoreEntry], record_waivers: Iterable[str]) -> None:
+    """Refuse a store entry whose RECORD lies about some file's hash or size unless this
+    profile waives that distribution's RECORD (the store is shared between profiles)."""
+    waived = {fold(name) for name in record_waivers}
+    for entry in entries:
+        lies = entry.dist.record_waived
+        if lies and fold(entry.dist.name) not in waived:
+            shown = ", ".join(m.file for m in lies[:3]) + (" ..." if len(lies) > 3 else "")
+            raise IntegrityError(
+                f"wheel content does not match its RECORD: {entry.dist.name} "
+                f"{entry.dist.version} ({len(lies)} file(s): {shown})",
+                hint="nothing was installed; if the published wheel is known to ship a wrong "
+                "RECORD, waive it in the profile: [[overlay.record_waivers]] with a reason",
+            )
+
+
+@attrs.frozen
+class LinkedLayer:
+    """What :func:`link_layer` built: each distribution (RECORD digest as in the generation)
+    and the file conflicts it resolved."""
+
+    dists: list[InstalledDist]
+    conflicts: list[FileConflict]
+
+
+_Source = tuple[StoreEntry, str]  # a store entry and a RECORD path in it
+
+
+def link_layer(
+    entries: Sequence[StoreEntry],
+    layout: GenerationLayout,
+    *,
+    python: str,
+    protected: Iterable[str] = (),
+    record_waivers: Iterable[str] = (),
+    layer: Layer = "overlay",
+    jobs: int = 8,
+    progress: Progress | None = None,
+) -> LinkedLayer:
+    """Build one layer (native or overlay) of a generation from store entries.
+
+    The file list comes from each entry's marker (no RECORD is parsed, no file is stat'ed);
+    each directory is created once and the files are hard-linked by ``jobs`` threads.
+    Two distributions providing the same path with different bytes: the first in canonical
+    name order keeps it and the conflict is returned. A file of the directories shared with
+    another layer that exists already with other bytes is an :class:`InstallError`.
+    """
+    check_protected(entries, protected)
+    check_record_waivers(entries, record_waivers)
+    bases = {name: str(getattr(layout, name)) for name in ("site", "bin", "data", "include")}
+    plan: dict[str, _Source] = {}
+    others: dict[str, list[_Source]] = {}
+    for entry in entries:
+        record_name = f"{entry.dist.dist_info}/RECORD"
+        skip_record = bool(entry.dist.scripts)  # rewritten below with the scripts' real hashes
+        for record_path in entry.dist.files:
+            if skip_record and record_path == record_name:
+                continue
+            dest = _destination_text(bases, record_path)
+            if dest in plan:
+                others.setdefault(dest, []).append((entry, record_path))
+            else:
+                plan[dest] = (entry, record_path)
+    conflicts = _resolve(plan, others, layer)
+    _drop_shared(plan, bases["site"])
+    by_dir: dict[str, list[tuple[str, str]]] = {}
+    scripts: list[tuple[StoreEntry, str, Path]] = []
+    for dest, (entry, path) in plan.items():
+        if path.startswith("../bin/"):
+            scripts.append((entry, path, Path(dest)))
+            continue
+        by_dir.setdefault(dest.rpartition("/")[0], []).append((f"{entry.path}/site/{path}", dest))
+    for directory in sorted({str(d.parent) for _, _, d in scripts}):
+        os.makedirs(directory, exist_ok=True)
+    _link_many(by_dir, jobs=_cpu_jobs(jobs), progress=progress)
+    rewritten = _write_scripts(scripts, python)
+    out: list[InstalledDist] = []
+    for entry in entries:
+        record = layout.site / entry.dist.dist_info / "RECORD"
+        if entry.dist.scripts:
+            _write_record(entry, record, rewritten)
+        digest = "sha256:" + hashlib.sha256(record.read_bytes()).hexdigest()
+        out.append(attrs.evolve(entry.dist, record_digest=digest))
+    return LinkedLayer(out, conflicts)
+
+
+def _resolve(
+    plan: dict[str, _Source], others: Mapping[str, list[_Source]], layer: Layer
+) -> list[FileConflict]:
+    """For each path several distributions provide: the first in canonical name order keeps
+    it (``plan`` is updated); every one whose bytes differ from the winner's is a conflict."""
+    from packaging.utils import canonicalize_name
+
+    conflicts: list[FileConflict] = []
+    for dest in sorted(others):
+        providers = sorted(
+            [plan[dest], *others[dest]], key=lambda s: canonicalize_name(s[0].dist.name)
+        )
+        winner = providers[0]
+        plan[dest] = winner
+        for loser in providers[1:]:
+            if loser[0] is winner[0] or _same_bytes(
+                winner[0].source_of(winner[1]), loser[0].source_of(loser[1])
+            ):
+                continue
+            conflicts.append(FileConflict(loser[1], winner[0].dist.name, loser[0].dist.name, layer))
+    return conflicts
+
+
+def _drop_shared(plan: dict[str, _Source], site: str) -> None:
+    """Files bound for a directory shared with another layer (``bin``, ``data``, ``include``)
+    that exist already: identical bytes are left as they are, others are an error."""
+    for dest in [d for d in plan if not d.startswith(site + "/") and os.path.lexists(d)]:
+        entry, path = plan[dest]
+        if path.startswith("../bin/"):
+            continue  # a script is compared once its shebang is rewritten (_write_scripts)
+        if not _same_bytes(entry.source_of(path), Path(dest)):
+            raise _replaces_native(entry, dest)
+        del plan[dest]
+
+
+def _replaces_native(entry: StoreEntry, dest: str) -> InstallError:
+    return InstallError(
+        f"{entry.dist.name} {entry.dist.version} would replace {dest}, which the native "
+        "layer already provides with different contents",
+        hint="the overlay never replaces the native wheel's files; remove the wheel from "
+        "the overlay or pin a version that does not ship that file",
+    )
+
+
+def _destination_text(bases: Mapping[str, str], record_path: str) -> str:
+    """Where a RECORD path (relative to the store entry's ``site``) lands in the layer."""
+    if record_path.startswith("../"):
+        for name in ("bin", "data", "include"):
+            prefix = f"../{name}/"
+            if record_path.startswith(prefix):
+                return f"{bases[name]}/{record_path[len(prefix) :]}"
+    return f"{bases['site']}/{record_path}"
+
+
+def _same_bytes(a: Path, b: Path) -> bool:
+    import filecmp
+
+    return filecmp.cmp(a, b, shallow=False)
+
+
+LINK_CHUNK = 256  # files per task: few enough tasks to keep the pool's overhead small
+
+
+def _link_many(
+    by_dir: Mapping[str, list[tuple[str, str]]], *, jobs: int, progress: Progress | None = None
+) -> None:
+    """Create each directory and hard-link its files; ``jobs`` threads take batches of whole
+    directories (``os.makedirs`` makes a parent another batch has not made yet)."""
+    directories = sorted(by_dir)
+    total = sum(len(items) for items in by_dir.values())
+    if not total:
+        return
+    link: Callable[[str, str], Any] = os.link
+    first_source, first_dest = by_dir[directories[0]][0]
+    os.makedirs(directories[0], exist_ok=True)
+    try:
+        os.link(first_source, first_dest)
+    except OSError as exc:
+        if exc.errno not in (errno.EXDEV, errno.EPERM, errno.EMLINK, errno.ENOTSUP):
+            raise
+        link = shutil.copy2
+        shutil.copy2(first_source, first_dest)
+
+    def run(batch: list[str]) -> int:
+        count = 0
+        for directory in batch:
+            os.makedirs(directory, exist_ok=True)
+            for source, dest in by_dir[directory]:
+                if dest != first_dest:
+                    link(source, dest)
+                    count += 1
+        return count
+
+    batches: list[list[str]] = [[]]
+    size = 0
+    for directory in directories:
+        if size >= LINK_CHUNK:
+            batches.append([])
+            size = 0
+        batches[-1].append(directory)
+        size += len(by_dir[directory])
+    done = 1
+    if total < 2 * LINK_CHUNK or jobs <= 1:
+        done += sum(run(batch) for batch in batches)
+    else:
+        with ThreadPoolExecutor(jobs, thread_name_prefix="kvenv-link") as pool:
+            for count in pool.map(run, batches):
+                done += count
+                if progress:
+                    progress("link", done, total)
+    if progress:
+        progress("link", done, total)
+
+
+def _write_scripts(scripts: list[tuple[StoreEntry, str, Path]], python: str) -> dict[str, str]:
+    """Copy scripts with the generation's shebang; return dest path -> new RECORD row."""
+    from installer.utils import fix_shebang
+
+    rows: dict[str, str] = {}
+    for entry, record_path, dest in scripts:
+        source = entry.source_of(record_path)
+        data = source.read_bytes()
+        with fix_shebang(io.BytesIO(data), python) as fixed:
+            content = fixed.read()
+        if dest.exists():  # written by the other layer (conflicts within a layer are resolved)
+            if dest.read_bytes() != content:
+                raise _replaces_native(entry, str(dest))
+        else:
+            dest.write_bytes(content)
+            os.chmod(dest, source.stat().st_mode & 0o7777)
+        digest = base64.urlsafe_b64encode(hashlib.sha256(content).digest()).decode().rstrip("=")
+        rows[f"{entry.sha256}:{record_path}"] = f"sha256={digest}"
+        rows[f"{entry.sha256}:{record_path}:size"] = str(len(content))
+    return rows
+
+
+def _write_record(entry: StoreEntry, record: Path, rewritten: Mapping[str, str]) -> None:
+    source = entry.source_of(f"{entry.dist.dist_info}/RECORD")
+    rows = list(csv.reader(source.read_text(encoding="utf-8").splitlines()))
+    out = io.StringIO()
+    writer = csv.writer(out, lineterminator="\n")
+    for row in rows:
+        if len(row) == 3 and f"{entry.sha256}:{row[0]}" in rewritten:
+            key = f"{entry.sha256}:{row[0]}"
+            row = [row[0], rewritten[key], rewritten[f"{key}:size"]]
+        writer.writerow(row)
+    record.write_text(out.getvalue(), encoding="utf-8")

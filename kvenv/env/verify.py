@@ -1,0 +1,164 @@
+"""``kvenv status`` and ``kvenv verify``: what is applied, and does it still match.
+
+``verify`` re-hashes every installed file against its distribution's RECORD (in threads: the
+hashing releases the GIL), checks each RECORD against the digest the manifest recorded, that no
+protected import name appeared in the generation, and that the protected host packages are
+still at the versions recorded when the generation was applied.
+
+A file two wheels provided with different bytes (a conflict resolved at apply time, in the
+manifest's ``conflicts``) is checked against the winner's RECORD; the loser's RECORD entry for it
+is shadowed, not drift (:func:`shadowed`). A waived RECORD needs nothing special: the installed
+RECORD lists the actual digests.
+"""
+
+from __future__ import annotations
+
+import base64
+import csv
+import hashlib
+import os
+from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Literal
+
+import attrs
+
+from kvenv._util.importnames import import_name_of, protected_import_names
+from kvenv.env.manifest import Manifest
+from kvenv.errors import KvenvError
+from kvenv.model.snapshot import HostSnapshot
+
+DriftKind = Literal["missing", "modified", "record", "shadow", "host"]
+
+
+@attrs.frozen
+class Drift:
+    kind: DriftKind
+    path: str
+    message: str
+
+
+def _layer_dir(manifest: Manifest, layer: str) -> Path:
+    return Path(manifest.dirs.native if layer == "native" else manifest.dirs.overlay)
+
+
+def _hash_file(path: Path, algorithm: str) -> tuple[str, int] | None:
+    digest = hashlib.new(algorithm)
+    size = 0
+    try:
+        with open(path, "rb", buffering=0) as stream:
+            while chunk := stream.read(1 << 20):
+                digest.update(chunk)
+                size += len(chunk)
+    except FileNotFoundError:
+        return None
+    return base64.urlsafe_b64encode(digest.digest()).decode().rstrip("="), size
+
+
+def _check_file(item: tuple[Path, str, str, str]) -> Drift | None:
+    path, algorithm, value, size = item
+    result = _hash_file(path, algorithm)
+    if result is None:
+        return Drift("missing", str(path), f"installed file is missing: {path}")
+    if result[0] != value or str(result[1]) != size:
+        return Drift("modified", str(path), f"installed file differs from its RECORD: {path}")
+    return None
+
+
+def shadowed(manifest: Manifest) -> list[str]:
+    """The RECORD entries that a file conflict's winner shadows, one line each."""
+    return [
+        f"{c.loser}'s {c.file} is shadowed by {c.winner}'s (checked against {c.winner}'s RECORD)"
+        for c in manifest.conflicts
+    ]
+
+
+def verify_files(manifest: Manifest, *, jobs: int = 8) -> list[Drift]:
+    """Every file of every distribution against its RECORD (less the entries a conflict's
+    winner shadows), and each RECORD against the manifest's digest."""
+    drifts: list[Drift] = []
+    items: list[tuple[Path, str, str, str]] = []
+    losers = {(c.layer, c.loser, c.file) for c in manifest.conflicts}
+    for dist in manifest.distributions:
+        site = _layer_dir(manifest, dist.layer)
+        record = site / dist.dist_info / "RECORD"
+        try:
+            data = record.read_bytes()
+        except FileNotFoundError:
+            drifts.append(Drift("missing", str(record), f"RECORD of {dist.name} is missing"))
+            continue
+        if "sha256:" + hashlib.sha256(data).hexdigest() != dist.record_digest:
+            drifts.append(
+                Drift("record", str(record), f"RECORD of {dist.name} differs from the manifest")
+            )
+        for row in csv.reader(data.decode("utf-8").splitlines()):
+            if len(row) != 3 or not row[1] or (dist.layer, dist.name, row[0]) in losers:
+                continue
+            algorithm, _, value = row[1].partition("=")
+            if algorithm not in hashlib.algorithms_available:
+                continue
+            items.append((Path(os.path.normpath(site / row[0])), algorithm, value, row[2]))
+    with ThreadPoolExecutor(max(1, jobs), thread_name_prefix="kvenv-verify") as pool:
+        drifts.extend(d for d in pool.map(_check_file, items, chunksize=64) if d is not None)
+    return drifts
+
+
+def verify_not_shadowing(manifest: Manifest) -> list[Drift]:
+    names = protected_import_names(manifest.protected)
+    out: list[Drift] = []
+    for directory in (manifest.dirs.overlay, manifest.dirs.native):
+        if not os.path.isdir(directory):
+            out.append(Drift("missing", directory, f"generation directory is missing: {directory}"))
+            continue
+        for entry in sorted(os.listdir(directory)):
+            if import_name_of(entry) in names:
+                path = os.path.join(directory, entry)
+                out.append(Drift("shadow", path, f"{path} shadows a protected host package"))
+    return out
+
+
+def verify_host(manifest: Manifest, host: HostSnapshot) -> list[Drift]:
+    """Protected host packages still at the versions recorded at apply time."""
+    out: list[Drift] = []
+    for package in manifest.host_protected:
+        found = host.find(package.name)
+        now = found.version if found else None
+        if package.version is None and found is None:
+            continue
+        if found is None:
+            out.append(
+                Drift(
+                    "host",
+                    package.name,
+                    f"protected host package {package.name} {package.version} is gone",
+                )
+            )
+        elif package.version is not None and now is not None and now != package.version:
+            out.append(
+                Drift(
+                    "host",
+                    package.name,
+                    f"protected host package {package.name} changed: "
+                    f"{package.version} at apply time, {now} now",
+                )
+            )
+    return out
+
+
+def verify(manifest: Manifest, host: HostSnapshot | None, *, jobs: int = 8) -> list[Drift]:
+    drifts = verify_not_shadowing(manifest)
+    drifts += verify_files(manifest, jobs=jobs)
+    if host is not None:
+        drifts += verify_host(manifest, host)
+    return drifts
+
+
+def drift_error(drifts: Sequence[Drift]) -> KvenvError:
+    from kvenv.errors import CheckFailed, Problem
+
+    return CheckFailed(
+        f"the applied generation has drifted ({len(drifts)} problem(s))",
+        problems=[Problem(d.message) for d in drifts[:50]],
+        hint="re-create it: `kvenv reset --yes` then `kvenv apply`",
+    )

@@ -1,0 +1,96 @@
+"""Constrained value types shared by every model (profile, host snapshot, manifest).
+
+Each is a ``NewType`` over a builtin, registered in :mod:`kvenv.model.convert` with a checking hook,
+so a bad value is reported with its ``$.path`` and a fix. ``PATTERNS`` also feeds the JSON
+Schema generator, so the schema and the checks cannot drift apart.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import NewType
+
+Sha256 = NewType("Sha256", str)
+Revision = NewType("Revision", str)
+PackageName = NewType("PackageName", str)
+ProfileName = NewType("ProfileName", str)
+PythonVersion = NewType("PythonVersion", str)
+DottedVersion = NewType("DottedVersion", str)
+Pep440Version = NewType("Pep440Version", str)
+HttpsUrl = NewType("HttpsUrl", str)
+RelPath = NewType("RelPath", str)
+RootPath = NewType("RootPath", str)
+WheelFilename = NewType("WheelFilename", str)
+HfRepo = NewType("HfRepo", str)
+EnvName = NewType("EnvName", str)
+NonEmpty = NewType("NonEmpty", str)
+PositiveInt = NewType("PositiveInt", int)
+Fraction = NewType("Fraction", float)
+
+# numeric type -> (base type, minimum, maximum, exclusive minimum?, what to write instead)
+BOUNDS: dict[object, tuple[type, float, float | None, bool, str]] = {
+    PositiveInt: (int, 1, None, False, "a whole number of at least 1"),
+    Fraction: (float, 0.0, 1.0, True, "a number greater than 0 and at most 1"),
+}
+
+# type -> (regex the value must fully match, what the user should write instead)
+PATTERNS: dict[object, tuple[str, str]] = {
+    Sha256: (r"[0-9a-f]{64}", "a sha256 is 64 lowercase hex characters"),
+    Revision: (
+        r"[0-9a-f]{40}",
+        "pin an immutable 40-hex commit (lowercase), never a branch or tag",
+    ),
+    PackageName: (
+        r"[A-Za-z0-9]([A-Za-z0-9._-]*[A-Za-z0-9])?",
+        "a distribution name as in PEP 508 (letters, digits, '.', '_', '-')",
+    ),
+    ProfileName: (
+        r"[a-z0-9]([a-z0-9._-]*[a-z0-9])?",
+        "a profile name is lowercase letters, digits, '.', '_' and '-'",
+    ),
+    PythonVersion: (r"3\.[0-9]+(\.[0-9]+)?", "write the Python version as 3.12 or 3.12.13"),
+    DottedVersion: (r"[0-9]+(\.[0-9]+)*", "write dotted numbers, such as 12.8 or 580.159.04"),
+    Pep440Version: (r"\S+", "a version valid under PEP 440, such as 0.18.2 or 2.10.0+cu128"),
+    HttpsUrl: (r"https://\S+", "remote URLs must use https://"),
+    RelPath: (
+        r"[^/\\~\x00][^\x00]*",
+        "a relative path inside the project, without '..' segments",
+    ),
+    RootPath: (
+        r"(/|~/)[^\x00]*",
+        "an absolute path (or one starting with ~/), without '..' segments",
+    ),
+    WheelFilename: (r"[^/\\\x00]+\.whl", "a wheel file name ending in .whl, without directories"),
+    HfRepo: (
+        r"[A-Za-z0-9][A-Za-z0-9._-]*/[A-Za-z0-9][A-Za-z0-9._-]*",
+        "a Hugging Face repository id such as owner/name",
+    ),
+    EnvName: (r"[A-Za-z_][A-Za-z0-9_]*", "an environment variable name such as VLLM_LOGGING_LEVEL"),
+    NonEmpty: (r"\S[\s\S]*", "a non-empty text"),
+}
+
+# RelPath and RootPath values must not contain a ``..`` segment (in any position).
+TRAVERSAL = r"(^|[/\\])\.\.([/\\]|$)"
+NO_TRAVERSAL: frozenset[object] = frozenset({RelPath, RootPath})
+
+_COMPILED: dict[object, re.Pattern[str]] = {}  # compiled on first use (CLI startup time)
+
+
+def check(kind: object, value: str) -> str | None:
+    """Return None when ``value`` is valid for ``kind``, else the reason and fix."""
+    pattern, fix = PATTERNS[kind]
+    compiled = _COMPILED.get(kind)
+    if compiled is None:
+        compiled = _COMPILED[kind] = re.compile(pattern)
+    if not compiled.fullmatch(value):
+        return f"{value!r} is not valid: {fix}"
+    if kind in NO_TRAVERSAL and re.search(TRAVERSAL, value):
+        return f"{value!r} is not valid: path traversal ('..') is not allowed; {fix}"
+    if kind is Pep440Version:
+        from packaging.version import InvalidVersion, Version
+
+        try:
+            Version(value)
+        except InvalidVersion:
+            return f"{value!r} is not valid: {fix}"
+    return None

@@ -1,0 +1,179 @@
+"""``kvenv init``: the text of a starter profile, commented for a team repository, optionally
+describing a live host (its ``[target]`` filled from a snapshot). Pure: writing is the CLI's."""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from kvenv._util import tomlio
+from kvenv.model.loading import SCHEMA_LINE
+from kvenv.model.profile import DEFAULT_PROTECTED
+from kvenv.model.snapshot import HostSnapshot
+
+_OS = {"linux": "linux", "darwin": "darwin", "win32": "windows"}
+_DOTTED = re.compile(r"\d+(?:\.\d+)*")
+
+NATIVE_EXAMPLE = """\
+# The pinned native wheel (immutable source + sha256). With `extends`, the parent's is used.
+# [native]
+# name = "vllm"
+# version = "0.18.2"
+# sha256 = "<64 hex>"
+# [native.source]
+# kind = "hf"                      # or "url", "path", "index"
+# repo = "owner/name"
+# revision = "<40-hex commit>"
+# filename = "vllm-0.18.2-cp312-cp312-linux_x86_64.whl"
+"""
+
+TARGET_EXAMPLE = """\
+# The machine the overlay is for: `kvenv lock` resolves for it, `kvenv doctor` checks it.
+# (`kvenv init NAME --from-host` fills this from the machine you run it on.)
+# [target]
+# python = "3.12.13"
+# abi = "cp312"
+# os = "linux"
+# machine = "x86_64"
+# glibc = "2.35"
+# driver_min = "580.159.04"
+# cuda = "12.8"
+# [target.gpu]
+# model = "Tesla T4"
+# count = 2
+# compute_capability = "7.5"
+# memory_mib = 15360
+"""
+
+
+def _dotted(value: str | None) -> str | None:
+    match = _DOTTED.match(value or "")
+    return match.group(0) if match else None
+
+
+def target_from_host(host: HostSnapshot) -> tuple[dict[str, Any], list[str]]:
+    """A ``[target]`` table describing ``host``, and notes on what could not be described."""
+    notes: list[str] = []
+    target: dict[str, Any] = {}
+    version = re.match(r"3\.\d+(?:\.\d+)?", host.python.version)
+    if version:
+        target["python"] = version.group(0)
+    if host.python.implementation in ("cpython", "pypy"):
+        target["implementation"] = host.python.implementation
+    if host.python.abi:
+        target["abi"] = host.python.abi
+    if host.platform.os in _OS:
+        target["os"] = _OS[host.platform.os]
+    target["machine"] = host.platform.machine
+    if host.platform.libc == "glibc" and _dotted(host.platform.libc_version):
+        target["glibc"] = _dotted(host.platform.libc_version)
+    driver = _dotted(host.driver.version if host.driver else None)
+    if driver:
+        target["driver_min"] = driver
+    cuda = _dotted(host.torch.cuda if host.torch else None)
+    if cuda:
+        target["cuda"] = cuda
+    if host.gpus:
+        first = host.gpus[0]
+        gpu: dict[str, Any] = {"model": first.name, "count": len(host.gpus)}
+        if first.compute_capability:
+            gpu["compute_capability"] = first.compute_capability
+        memories = [g.memory_mib for g in host.gpus if g.memory_mib]
+        if memories:
+            gpu["memory_mib"] = min(memories)
+        if len({g.name for g in host.gpus}) > 1:
+            notes.append("the GPUs differ; [target.gpu] describes the first")
+        target["gpu"] = gpu
+    else:
+        notes.append("this host has no visible GPU: [target.gpu] is not described")
+    if not driver:
+        notes.append("no NVIDIA driver found: driver_min is not set")
+    if not cuda:
+        notes.append("no CUDA torch found: cuda is not set")
+    return target, notes
+
+
+def _table(name: str, data: dict[str, Any]) -> str:
+    return tomlio.dumps({name: data}).strip() + "\n"
+
+
+def render_profile(
+    name: str,
+    *,
+    extends: str | None = None,
+    host: HostSnapshot | None = None,
+    snapshot: str | None = None,
+    today: str = "",
+) -> str:
+    """The commented TOML of a new profile. ``host`` fills ``[target]``; ``snapshot`` is the
+    project-relative path of its saved snapshot."""
+    head = [
+        SCHEMA_LINE,
+        f"# Profile {name!r}, started with `kvenv init`{f' on {today}' if today else ''}.",
+    ]
+    head += [
+        f"# Check it: kvenv validate {name}    Check a host against it: kvenv doctor {name}",
+        "# Field reference: docs/profiles.md (editors validate it via the #:schema line).",
+        "schema = 1",
+        f"name = {_quote(name)}",
+    ]
+    description = "describe the machine and stack this profile is for"
+    if host is not None:
+        description = _describe(host)
+    head.append(f"description = {_quote(description)}")
+    if extends:
+        head.append(f"# Everything not set here comes from {extends!r}; tables merge key by key.")
+        head.append(f"extends = {_quote(extends)}")
+    parts = ["\n".join(head) + "\n"]
+    if host is not None:
+        target, notes = target_from_host(host)
+        comment = "# The machine the overlay is for, described from the live host"
+        when = f" ({host.taken_at})" if host.taken_at else ""
+        lines = [comment + when + "."]
+        lines += [f"# note: {n}" for n in notes]
+        parts.append("\n".join(lines) + "\n" + _table("target", target))
+        gpus = len(host.gpus)
+        if gpus:
+            parts.append(
+                "# Use every visible GPU for tensor parallelism (lower it to use fewer).\n"
+                + _table("runtime", {"tensor_parallel_size": gpus})
+            )
+    elif not extends:
+        parts.append(TARGET_EXAMPLE)
+    host_table: dict[str, Any] = {}
+    if snapshot:
+        host_table["snapshot"] = snapshot
+    if not extends:
+        host_table["protected"] = list(DEFAULT_PROTECTED)
+    host_comment = (
+        "# What the host provides: `snapshot` is the JSON `kvenv fingerprint --save` wrote on "
+        "it;\n# `protected` packages are never installed, upgraded or shadowed."
+    )
+    if host_table:
+        parts.append(host_comment + "\n" + _table("host", host_table))
+    else:
+        parts.append(
+            host_comment
+            + '\n# [host]\n# snapshot = "profiles/'
+            + name
+            + '.host.json"   # from `kvenv fingerprint --save` on the host\n'
+        )
+    if not extends:
+        parts.append(NATIVE_EXAMPLE)
+    return "\n".join(parts)
+
+
+def _describe(host: HostSnapshot) -> str:
+    bits = []
+    if host.gpus:
+        bits.append(f"{len(host.gpus)} x {host.gpus[0].name}")
+    bits.append(f"Python {host.python.version}")
+    if host.torch and host.torch.version:
+        bits.append(f"torch {host.torch.version}")
+    if host.is_kaggle:
+        bits.insert(0, "Kaggle")
+    return ", ".join(bits)
+
+
+def _quote(text: str) -> str:
+    return tomlio.dumps({"v": text}).partition("=")[2].strip()

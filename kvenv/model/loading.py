@@ -1,0 +1,440 @@
+"""Finding, reading, merging (``extends``), checking and writing profiles.
+
+Discovery order for a reference that is not a path: ``./profiles/NAME.toml``, each directory
+in ``$KVENV_PROFILE_PATH``, then the built-ins shipped with kvenv.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Iterator, Mapping
+from pathlib import Path
+from typing import Any
+
+import attrs
+
+from kvenv._util import tomlio
+from kvenv._util.resources import data_dir
+from kvenv.errors import InputError, Problem, ProfileError
+from kvenv.model import convert
+from kvenv.model.profile import HfSource, IndexSource, PathSource, Profile
+
+DEFAULT_PROFILE = "kaggle-t4x2-cu128"
+SCHEMA_LINE = "#:schema ../schemas/profile.schema.json"
+ENV_PATH = "KVENV_PROFILE_PATH"
+ENV_DEFAULT = "KVENV_PROFILE"
+
+
+class ProfileNotReadable(ProfileError):
+    """A profile file (or a parent in its ``extends`` chain) is missing or is not TOML at all,
+    as opposed to a readable profile whose content is invalid."""
+
+
+@attrs.frozen
+class LoadedProfile:
+    """A profile after ``extends``, with where it came from."""
+
+    profile: Profile
+    path: Path
+    origin: str  # "builtin", "project", "path", "KVENV_PROFILE_PATH"
+    chain: tuple[Path, ...]  # the file itself first, then its parents
+    # (value, project dir) of relative paths a parent set: they stay relative to that parent
+    inherited_paths: tuple[tuple[str, Path], ...] = ()
+
+    @property
+    def base_dir(self) -> Path:
+        """The project directory that relative paths in the profile are resolved against:
+        the parent of a ``profiles/`` directory, else the profile's own directory."""
+        return project_dir_of(self.path)
+
+    def resolve(self, relpath: str) -> Path:
+        """A relative path of the profile, against the project of the file that set it."""
+        for value, base in self.inherited_paths:
+            if value == relpath:
+                return base / relpath
+        return self.base_dir / relpath
+
+    @property
+    def lock_path(self) -> Path:
+        return self.resolve(self.profile.lock_relpath)
+
+    @property
+    def snapshot_path(self) -> Path | None:
+        snap = self.profile.host.snapshot
+        return self.resolve(snap) if snap else None
+
+    @property
+    def digest(self) -> str:
+        return profile_digest(self.profile)
+
+
+def project_dir_of(path: Path) -> Path:
+    parent = path.parent
+    return parent.parent if parent.name == "profiles" else parent
+
+
+def builtin_dir() -> Path:
+    return data_dir("profiles")
+
+
+def _search_dirs(cwd: Path) -> Iterator[tuple[str, Path]]:
+    yield "project", cwd / "profiles"
+    for entry in os.environ.get(ENV_PATH, "").split(os.pathsep):
+        if entry:
+            yield ENV_PATH, Path(entry).expanduser()
+    yield "builtin", builtin_dir()
+
+
+def _looks_like_path(ref: str) -> bool:
+    return ref.endswith(".toml") or "/" in ref or os.sep in ref
+
+
+def find_profile(ref: str, *, cwd: Path | None = None) -> tuple[Path, str]:
+    """Locate a profile by path or name; raise :class:`ProfileError` naming where it looked."""
+    here = cwd or Path.cwd()
+    if _looks_like_path(ref):
+        path = here / Path(ref).expanduser()
+        if not path.is_file():
+            raise ProfileNotReadable(
+                f"profile file not found: {ref}",
+                hint="give an existing .toml file, or a profile name (see `kvenv profiles`)",
+            )
+        return path, "path"
+    if not _is_name(ref):
+        raise ProfileNotReadable(
+            f"not a profile name or .toml path: {ref!r}",
+            hint="a name is lowercase letters, digits, '.', '_' and '-'; a path ends in .toml",
+        )
+    looked: list[str] = []
+    for origin, directory in _search_dirs(here):
+        candidate = directory / f"{ref}.toml"
+        looked.append(str(directory))
+        if candidate.is_file():
+            return candidate, origin
+    raise ProfileNotReadable(
+        f"no profile named {ref!r}",
+        hint="looked in " + ", ".join(dict.fromkeys(looked)) + "; `kvenv profiles` lists them",
+    )
+
+
+def _is_name(ref: str) -> bool:
+    from kvenv.model.fields import ProfileName, check
+
+    return check(ProfileName, ref) is None
+
+
+def default_profile_ref() -> str:
+    return os.environ.get(ENV_DEFAULT) or DEFAULT_PROFILE
+
+
+def iter_profiles(*, cwd: Path | None = None) -> Iterator[tuple[str, str, Path]]:
+    """Every discoverable profile as (name, origin, path); earlier origins shadow later."""
+    seen: set[str] = set()
+    for origin, directory in _search_dirs(cwd or Path.cwd()):
+        if not directory.is_dir():
+            continue
+        for path in sorted(directory.glob("*.toml")):
+            if path.stem not in seen and _is_name(path.stem):
+                seen.add(path.stem)
+                yield path.stem, origin, path
+
+
+def _read_raw(path: Path) -> dict[str, Any]:
+    try:
+        return tomlio.read(path)
+    except InputError as exc:
+        raise ProfileNotReadable(exc.message, problems=exc.problems, hint=exc.hint) from None
+
+
+def _merge(base: Mapping[str, Any], over: Mapping[str, Any]) -> dict[str, Any]:
+    merged = dict(base)
+    for key, value in over.items():
+        if isinstance(value, dict) and isinstance(merged.get(key), dict):
+            merged[key] = _merge(merged[key], value)
+        else:
+            merged[key] = value
+    return merged
+
+
+def _owner(path: str, chain: list[tuple[Path, dict[str, Any]]]) -> Path:
+    """The file of the chain (child first) that set the value at ``$.a.b[2]``."""
+    keys = [k for k in path.replace("[", ".").replace("]", "").split(".")[1:] if k]
+    for file, raw in chain:
+        node: Any = raw
+        found = True
+        for key in keys:
+            if isinstance(node, dict) and key in node:
+                node = node[key]
+            elif (
+                isinstance(node, list) and key.isascii() and key.isdigit() and int(key) < len(node)
+            ):
+                node = node[int(key)]
+            else:
+                found = False
+                break
+        if found:
+            return file
+    return chain[0][0]
+
+
+def load_profile(ref: str | None = None, *, cwd: Path | None = None) -> LoadedProfile:
+    """Find, read, merge and check a profile. Every problem is reported at once."""
+    here = cwd or Path.cwd()
+    path, origin = find_profile(ref or default_profile_ref(), cwd=here)
+    chain: list[tuple[Path, dict[str, Any]]] = []
+    current: Path | None = path
+    while current is not None:
+        resolved = current.resolve()
+        if any(resolved == p.resolve() for p, _ in chain):
+            names = " -> ".join(str(p) for p, _ in chain) + f" -> {current}"
+            raise ProfileError(
+                f"profile extends itself in a cycle: {names}",
+                problems=[Problem("cycle in extends", file=str(chain[-1][0]), path="$.extends")],
+                hint="remove one of the extends links",
+            )
+        raw = _read_raw(current)
+        chain.append((current, raw))
+        parent = raw.get("extends")
+        if parent is None:
+            current = None
+        elif not isinstance(parent, str) or not parent:
+            raise ProfileError(
+                f"invalid profile: {current}",
+                problems=[
+                    Problem(
+                        "extends must be a profile name or a .toml path",
+                        file=str(current),
+                        path="$.extends",
+                    )
+                ],
+            )
+        else:
+            current = _find_parent(parent, current, here)
+    merged: dict[str, Any] = {}
+    for _, raw in reversed(chain):
+        merged = _merge(merged, raw)
+    for keys in _NOT_INHERITED:
+        _keep_own(merged, chain[0][1], keys)
+    try:
+        profile = convert.structure(merged, Profile, file=str(path), what="profile")
+    except InputError as exc:
+        problems = [attrs.evolve(p, file=str(_owner(p.path or "$", chain))) for p in exc.problems]
+        raise ProfileError(f"invalid profile: {path}", problems=problems) from None
+    problems = check_profile(profile, file=str(path))
+    if problems:
+        raise ProfileError(f"invalid profile: {path}", problems=problems)
+    inherited = tuple(_inherited_paths(profile, chain))
+    return LoadedProfile(profile, path, origin, tuple(p for p, _ in chain), inherited)
+
+
+def _inherited_paths(
+    profile: Profile, chain: list[tuple[Path, dict[str, Any]]]
+) -> Iterator[tuple[str, Path]]:
+    values = {"$.host.snapshot": profile.host.snapshot}
+    if profile.native is not None and isinstance(profile.native.source, PathSource):
+        values["$.native.source.path"] = profile.native.source.path
+    for field, value in values.items():
+        owner = _owner(field, chain)
+        if value is not None and owner != chain[0][0]:
+            yield value, project_dir_of(owner)
+
+
+def _keep_own(merged: dict[str, Any], own: Mapping[str, Any], keys: tuple[str, ...]) -> None:
+    """Set ``merged[keys]`` to the child's own value, or remove it when the child has none."""
+    node: Any = own
+    for key in keys:
+        node = node.get(key, _ABSENT) if isinstance(node, Mapping) else _ABSENT
+    target: Any = merged
+    for key in keys[:-1]:
+        target = target.get(key) if isinstance(target, dict) else None
+    if not isinstance(target, dict):
+        return
+    if node is _ABSENT:
+        target.pop(keys[-1], None)
+    else:
+        target[keys[-1]] = node
+
+
+_ABSENT = object()
+
+
+# Each file names itself and its parent; a lock records one profile's digest, so a child
+# gets its own lock (``locks/pylock.NAME.toml`` unless it sets ``overlay.lock``).
+_NOT_INHERITED: tuple[tuple[str, ...], ...] = (("name",), ("extends",), ("overlay", "lock"))
+
+
+def _find_parent(parent: str, child: Path, cwd: Path) -> Path:
+    """A parent named by path is relative to the child's file. A parent named by name is looked
+    up next to the child first, then in the discovery order; the child itself is skipped, so a
+    project profile may extend the built-in profile of the same name."""
+    if _looks_like_path(parent):
+        candidate = child.parent / Path(parent).expanduser()
+        if candidate.is_file():
+            return candidate
+        fix = f"no file {candidate}; give a .toml path relative to {child.parent}"
+    elif _is_name(parent):
+        directories = [child.parent, *(d for _, d in _search_dirs(cwd))]
+        for directory in directories:
+            candidate = directory / f"{parent}.toml"
+            if candidate.is_file() and not _same_file(candidate, child):
+                return candidate
+        fix = "looked in " + ", ".join(dict.fromkeys(str(d) for d in directories))
+    else:
+        fix = "give a profile name (lowercase letters, digits, '.', '_', '-') or a .toml path"
+    raise ProfileError(
+        f"invalid profile: {child}",
+        problems=[
+            Problem(
+                f"parent profile {parent!r} not found",
+                file=str(child),
+                path="$.extends",
+                fix=fix,
+            )
+        ],
+    )
+
+
+def _same_file(a: Path, b: Path) -> bool:
+    return a.resolve() == b.resolve()
+
+
+def canonicalize_name(name: str) -> str:
+    """PEP 503 normalisation, as ``packaging.utils.canonicalize_name`` (kept local: importing
+    ``packaging.utils`` pulls in ``packaging.tags`` and costs CLI startup time)."""
+    return _SEPARATORS.sub("-", name).lower()
+
+
+_SEPARATORS = re.compile(r"[-_.]+")
+
+
+def check_profile(profile: Profile, *, file: str | None = None) -> list[Problem]:
+    """Checks that span fields (each field alone was checked while structuring)."""
+    problems: list[Problem] = []
+
+    def add(path: str, message: str, fix: str | None = None) -> None:
+        problems.append(Problem(message, file=file, path=path, fix=fix))
+
+    protected = [canonicalize_name(n) for n in profile.host.protected]
+    for index, name in enumerate(protected):
+        if name in protected[:index]:
+            add(f"$.host.protected[{index}]", f"{name!r} is listed twice", "list each name once")
+    waived = [canonicalize_name(w.name) for w in profile.host.waivers]
+    for index, name in enumerate(waived):
+        if name in waived[:index]:
+            add(f"$.host.waivers[{index}].name", f"{name!r} is waived twice", "waive it once")
+    record_waived = [canonicalize_name(w.name) for w in profile.overlay.record_waivers]
+    for index, name in enumerate(record_waived):
+        where = f"$.overlay.record_waivers[{index}].name"
+        if name in record_waived[:index]:
+            add(where, f"{name!r} is waived twice", "waive it once")
+        elif name in protected:
+            add(where, f"{name!r} is protected on the host and never installed", "remove it")
+    target = profile.target
+    if target is not None and target.implementation == "cpython" and not target.pure:
+        want = "cp" + target.python_version.replace(".", "")
+        if target.abi != want and not target.abi.startswith(want):
+            add(
+                "$.target.abi",
+                f"ABI {target.abi!r} does not match Python {target.python}",
+                f"use {want!r} (or 'none' for a pure-Python target)",
+            )
+    if target is not None and target.gpu is not None:
+        tp = profile.runtime.tensor_parallel_size
+        if tp is not None and tp > target.gpu.count:
+            add(
+                "$.runtime.tensor_parallel_size",
+                f"tensor_parallel_size {tp} exceeds the target's {target.gpu.count} GPU(s)",
+                f"use at most {target.gpu.count}",
+            )
+    native = profile.native
+    if native is not None:
+        if canonicalize_name(native.name) in protected:
+            add("$.native.name", f"{native.name!r} is protected on the host", "pick another")
+        filename = None
+        if isinstance(native.source, (HfSource, IndexSource)):
+            filename = native.source.filename
+        if filename:
+            problems.extend(_check_filename(native.name, native.version, filename, file))
+    return problems
+
+
+def _check_filename(name: str, version: str, filename: str, file: str | None) -> list[Problem]:
+    """The wheel file name (``{name}-{version}(-{build})?-{python}-{abi}-{platform}.whl``)
+    names the same distribution and version as ``native``."""
+    from packaging.version import InvalidVersion, Version
+
+    path = "$.native.source.filename"
+    parts = filename[: -len(".whl")].split("-")
+    wheel_version: Version | None = None
+    if len(parts) in (5, 6) and all(parts):
+        try:
+            wheel_version = Version(parts[1])
+        except InvalidVersion:
+            wheel_version = None
+    if wheel_version is None:
+        return [
+            Problem(
+                f"{filename!r} is not a valid wheel file name",
+                file=file,
+                path=path,
+                fix="use NAME-VERSION-PYTHON-ABI-PLATFORM.whl, as the wheel was built",
+            )
+        ]
+    problems = []
+    wheel_name = canonicalize_name(parts[0])
+    if wheel_name != canonicalize_name(name):
+        problems.append(
+            Problem(
+                f"the wheel is for {wheel_name!r}, not {name!r}",
+                file=file,
+                path=path,
+                fix="make native.name match the wheel",
+            )
+        )
+    if wheel_version != Version(version):
+        problems.append(
+            Problem(
+                f"the wheel's version {wheel_version} differs from native.version {version}",
+                file=file,
+                path=path,
+                fix="make native.version match the wheel",
+            )
+        )
+    return problems
+
+
+def profile_to_dict(profile: Profile) -> dict[str, Any]:
+    data: dict[str, Any] = convert.unstructure(profile)
+    return data
+
+
+def dump_profile(profile: Profile, *, schema_line: str | None = SCHEMA_LINE) -> str:
+    text = tomlio.dumps(profile_to_dict(profile))
+    return f"{schema_line}\n{text}" if schema_line else text
+
+
+def loads_profile(text: str, *, file: str = "<text>") -> Profile:
+    """Parse a single profile document (no ``extends`` resolution, no discovery)."""
+    raw = tomlio.loads(text, file=file)
+    try:
+        profile = convert.structure(raw, Profile, file=file, what="profile")
+    except InputError as exc:
+        raise ProfileError(exc.message, problems=exc.problems) from None
+    problems = check_profile(profile, file=file)
+    if problems:
+        raise ProfileError(f"invalid profile: {file}", problems=problems)
+    return profile
+
+
+def profile_digest(profile: Profile) -> str:
+    """``sha256:`` of the profile's canonical JSON (after ``extends``), recorded in locks."""
+    import hashlib
+    import json
+
+    data = profile_to_dict(profile)
+    if not data.get("overlay", {}).get("record_waivers", True):
+        # Added later: without waivers a profile keeps the digest its locks recorded.
+        del data["overlay"]["record_waivers"]
+    canonical = json.dumps(data, sort_keys=True, separators=(",", ":"))
+    return "sha256:" + hashlib.sha256(canonical.encode()).hexdigest()

@@ -1,0 +1,135 @@
+"""The host snapshot model: what a machine provides, as ``kvenv fingerprint --save`` writes it
+and as a profile's ``host.snapshot`` names it. Pure records; probing lives in ``kvenv.probe``.
+
+A distribution whose ``version`` is null is *present with an unknown version* (partial host
+knowledge): the resolver accepts it for any specifier and records the assumption in the lock,
+and ``kvenv doctor`` on the real host checks it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+from typing import Any, Literal
+
+import attrs
+from packaging.utils import canonicalize_name
+
+from kvenv._util.jsonio import read_json
+from kvenv.model import convert
+from kvenv.model.fields import NonEmpty, PackageName, Pep440Version
+
+SNAPSHOT_SCHEMA = 1
+
+
+@attrs.frozen
+class Distribution:
+    name: PackageName
+    version: Pep440Version | None = None
+    requires: list[str] | None = None  # Requires-Dist lines; null when unknown
+    location: str | None = None
+    note: str | None = None  # why the entry is here (e.g. where an unknown version came from)
+
+
+@attrs.frozen
+class PythonInfo:
+    version: NonEmpty  # full version, e.g. 3.12.13
+    implementation: NonEmpty = NonEmpty("cpython")
+    abi: str | None = None
+    tags: list[str] = attrs.field(factory=list)  # ordered, most specific first
+    executable: str | None = None
+    sys_path: list[str] = attrs.field(factory=list)
+
+
+@attrs.frozen
+class PlatformInfo:
+    os: NonEmpty  # sys_platform: linux, darwin, win32
+    machine: NonEmpty
+    libc: Literal["glibc", "musl"] | None = None
+    libc_version: str | None = None
+    kernel: str | None = None
+
+
+@attrs.frozen
+class TorchInfo:
+    version: str | None = None
+    cuda: str | None = None
+    location: str | None = None
+    cuda_available: bool | None = None
+    device_count: int | None = None
+    nccl: str | None = None
+
+
+@attrs.frozen
+class GpuInfo:
+    index: int
+    name: str
+    compute_capability: str | None = None
+    memory_mib: int | None = None
+
+
+@attrs.frozen
+class DriverInfo:
+    version: str | None = None
+    cuda_max: str | None = None
+    source: str | None = None
+
+
+@attrs.frozen
+class CudaInfo:
+    home: str | None = None
+    toolkit_version: str | None = None
+    nvcc: str | None = None
+    libcuda: str | None = None
+    library_dirs: list[str] = attrs.field(factory=list)
+
+
+@attrs.frozen
+class HostSnapshot:
+    schema: Literal[1]
+    python: PythonInfo
+    platform: PlatformInfo
+    distributions: list[Distribution] = attrs.field(factory=list)
+    torch: TorchInfo | None = None
+    driver: DriverInfo | None = None
+    gpus: list[GpuInfo] = attrs.field(factory=list)
+    cuda: CudaInfo | None = None
+    is_kaggle: bool = False
+    taken_at: str | None = None
+    source: Literal["probe", "recorded"] = "probe"
+    notes: list[str] = attrs.field(factory=list)
+
+    def find(self, name: str) -> Distribution | None:
+        wanted = canonicalize_name(name)
+        for dist in self.distributions:
+            if canonicalize_name(dist.name) == wanted:
+                return dist
+        return None
+
+
+def snapshot_from_dict(data: Any, *, file: str | None = None) -> HostSnapshot:
+    return convert.structure(data, HostSnapshot, file=file, what="host snapshot")
+
+
+def snapshot_to_dict(snapshot: HostSnapshot) -> dict[str, Any]:
+    data: dict[str, Any] = convert.unstructure(snapshot)
+    return data
+
+
+def read_snapshot(path: Path) -> HostSnapshot:
+    data = read_json(
+        path,
+        what="host snapshot",
+        missing_hint="create one with `kvenv fingerprint --save PATH` on the host",
+    )
+    return snapshot_from_dict(data, file=str(path))
+
+
+def dumps_snapshot(snapshot: HostSnapshot) -> str:
+    return json.dumps(snapshot_to_dict(snapshot), indent=2, sort_keys=True) + "\n"
+
+
+def snapshot_digest(snapshot: HostSnapshot) -> str:
+    canonical = json.dumps(snapshot_to_dict(snapshot), sort_keys=True, separators=(",", ":"))
+    return "sha256:" + hashlib.sha256(canonical.encode()).hexdigest()

@@ -1,0 +1,366 @@
+"""``kvenv plan``: what an apply would do, computed purely from its inputs.
+
+Profile + lock + host snapshot + current manifest (+ which sha256s the cache and the store
+already hold) -> host findings, the native wheel's tag check, the ordered steps with what is
+already done, the artifacts, and what the overlay shadows on the host. No network, no disk.
+
+A profile without ``[target]`` targets the host it is applied on: its target is taken from the
+host snapshot (see :func:`effective_profile`); that is how the demo profile runs on any CPython.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any, Literal
+
+import attrs
+from packaging.utils import canonicalize_name
+
+from kvenv.env.manifest import Manifest
+from kvenv.model import convert
+from kvenv.model.fields import DottedVersion, NonEmpty, PythonVersion
+from kvenv.model.loading import LoadedProfile
+from kvenv.model.profile import Target
+from kvenv.model.snapshot import HostSnapshot
+from kvenv.probe.checks import Finding, check_host
+
+PLAN_SCHEMA = 1
+StepName = Literal[
+    "fetch",
+    "verify",
+    "install-native",
+    "install-overlay",
+    "write-manifest",
+    "switch",
+    "write-shims",
+]
+
+
+@attrs.frozen
+class LockInput:
+    """A read lock: the validated PEP 751 document, its file and the digest of its bytes."""
+
+    lockfile: Any  # kvenv.lock.LockFile
+    path: str
+    digest: str
+
+
+@attrs.frozen
+class PlanFinding:
+    check: str
+    status: Literal["pass", "warning", "error", "untested"]
+    message: str
+    fix: str | None = None
+
+
+@attrs.frozen
+class PlanArtifact:
+    name: str
+    version: str
+    role: Literal["native", "overlay"]
+    sha256: str
+    size: int | None
+    filename: str | None
+    cached: bool
+    unpacked: bool
+
+
+@attrs.frozen
+class Shadow:
+    """A distribution the overlay provides that the host also has."""
+
+    name: str
+    overlay_version: str
+    host_version: str | None  # None: present on the host, version unknown
+
+
+@attrs.frozen
+class Step:
+    name: StepName
+    done: bool
+    detail: str
+
+
+@attrs.frozen
+class Plan:
+    schema: Literal[1]
+    profile: str
+    profile_digest: str
+    lock_digest: str | None
+    target: str
+    strict: bool
+    compatible: bool
+    up_to_date: bool
+    findings: list[PlanFinding]
+    steps: list[Step]
+    artifacts: list[PlanArtifact]
+    shadows: list[Shadow]
+    current_generation: str | None = None
+
+    @property
+    def errors(self) -> list[PlanFinding]:
+        return [f for f in self.findings if f.status == "error"]
+
+
+def plan_to_dict(plan: Plan) -> dict[str, Any]:
+    data: dict[str, Any] = convert.unstructure(plan)
+    data["lock_digest"] = plan.lock_digest
+    data["current_generation"] = plan.current_generation
+    return data
+
+
+def lock_digest_of(data: bytes) -> str:
+    return "sha256:" + hashlib.sha256(data).hexdigest()
+
+
+def read_lock_input(path: Path) -> LockInput:
+    """Read and validate a lock file with the lock engine's :func:`kvenv.lock.read_lock`."""
+    from kvenv.errors import LockError
+    from kvenv.lock import read_lock
+
+    try:
+        data = path.read_bytes()
+    except FileNotFoundError:
+        raise LockError(
+            f"lock file not found: {path}",
+            hint="create it with `kvenv lock`, or remove [overlay] lock from the profile",
+        ) from None
+    return LockInput(read_lock(path), str(path), lock_digest_of(data))
+
+
+def target_from_host(host: HostSnapshot) -> Target:
+    """A profile target equal to the host: for profiles that leave ``[target]`` out."""
+    version = ".".join(host.python.version.split(".")[:3])
+    short = "".join(version.split(".")[:2])
+    implementation: Literal["cpython", "pypy"] = (
+        "pypy" if host.python.implementation == "pypy" else "cpython"
+    )
+    abi = host.python.abi or (f"cp{short}" if implementation == "cpython" else f"pypy{short}")
+    os_name: Literal["linux", "darwin", "windows"] = "linux"
+    if host.platform.os == "darwin":
+        os_name = "darwin"
+    elif host.platform.os in ("win32", "windows"):
+        os_name = "windows"
+    glibc = host.platform.libc_version if host.platform.libc == "glibc" else None
+    return Target(
+        python=PythonVersion(version),
+        abi=NonEmpty(abi),
+        implementation=implementation,
+        os=os_name,
+        machine=NonEmpty(host.platform.machine),
+        glibc=DottedVersion(glibc) if glibc else None,
+    )
+
+
+def effective_profile(loaded: LoadedProfile, host: HostSnapshot) -> LoadedProfile:
+    """``loaded`` with a target: its own, else the host's."""
+    if loaded.profile.target is not None:
+        return loaded
+    profile = attrs.evolve(loaded.profile, target=target_from_host(host))
+    return attrs.evolve(loaded, profile=profile)
+
+
+def _native_tag_finding(loaded: LoadedProfile, filename: str | None) -> PlanFinding | None:
+    from kvenv.model.target import TargetEnv
+
+    target = loaded.profile.target
+    if target is None or filename is None:
+        return None
+    env = TargetEnv.from_profile_target(target, file=str(loaded.path))
+    check = "native wheel tags"
+    if env.supports_wheel(filename):
+        return PlanFinding(check, "pass", f"{check}: {filename} installs on {env.describe()}")
+    return PlanFinding(
+        check,
+        "error",
+        f"{check}: {filename} does not install on {env.describe()}",
+        "pin a native wheel built for the target's Python, ABI and platform",
+    )
+
+
+RELOCK = "run `kvenv lock`"
+
+
+def lock_findings(
+    loaded: LoadedProfile, lockfile: Any, recorded: HostSnapshot | None, *, strict: bool = False
+) -> list[PlanFinding]:
+    """The lock's ``[tool.kvenv]`` held against the profile: its protected set must cover the
+    profile's, its native identity must be the profile's (errors), and its profile and
+    host-snapshot digests must be current (a warning, an error under ``strict``)."""
+    from kvenv.lock.check import digest_staleness
+
+    table = lockfile.kvenv
+    file = str(lockfile.path)
+    out: list[PlanFinding] = []
+    profile = loaded.profile
+    wanted = {canonicalize_name(n) for n in profile.host.protected}
+    missing = sorted(wanted - {canonicalize_name(n) for n in table.protected})
+    if missing:
+        out.append(
+            PlanFinding(
+                "lock protected",
+                "error",
+                f"lock protected: {file} does not protect {', '.join(missing)}, which the "
+                "profile protects (the lock was made for another profile)",
+                RELOCK,
+            )
+        )
+    else:
+        out.append(PlanFinding("lock protected", "pass", "lock protected: covers the profile's"))
+    native = profile.native
+    if native is not None:
+        differs = [
+            f"{field} {getattr(table.native, field)} (profile: {getattr(native, field)})"
+            for field, same in (
+                ("name", canonicalize_name(table.native.name) == canonicalize_name(native.name)),
+                ("version", table.native.version == native.version),
+                ("sha256", table.native.sha256 == native.sha256),
+            )
+            if not same
+        ]
+        if differs:
+            out.append(
+                PlanFinding(
+                    "lock native",
+                    "error",
+                    f"lock native: the lock was made for another native wheel ({file}: "
+                    f"$.tool.kvenv.native {'; '.join(differs)})",
+                    RELOCK,
+                )
+            )
+        else:
+            out.append(PlanFinding("lock native", "pass", "lock native: the profile's wheel"))
+    stale = digest_staleness(loaded, lockfile, recorded)
+    if stale:
+        out.append(
+            PlanFinding(
+                "lock current",
+                "error" if strict else "warning",
+                "lock current: lock is stale (the profile changed since it was locked): "
+                + "; ".join(stale),
+                RELOCK,
+            )
+        )
+    else:
+        out.append(PlanFinding("lock current", "pass", "lock current: digests match"))
+    return out
+
+
+def make_plan(
+    loaded: LoadedProfile,
+    lock: LockInput | None,
+    host: HostSnapshot,
+    current: Manifest | None,
+    *,
+    strict: bool = False,
+    cached: frozenset[str] = frozenset(),
+    unpacked: frozenset[str] = frozenset(),
+    recorded: HostSnapshot | None = None,
+) -> Plan:
+    """The plan of applying ``loaded`` with ``lock`` onto ``host`` over ``current``."""
+    from kvenv.model.target import TargetEnv
+    from kvenv.plan.artifacts import artifacts_for
+
+    profile = loaded.profile
+    effective = effective_profile(loaded, host)
+    findings = [_finding(f) for f in check_host(profile, host, strict=strict, recorded=recorded)]
+    artifacts = artifacts_for(effective, lock.lockfile if lock else None)
+    native = next((a for a in artifacts if a.role == "native"), None)
+    tag = _native_tag_finding(effective, native.filename if native else None)
+    if tag is not None:
+        findings.append(tag)
+    if lock is not None:
+        findings.extend(lock_findings(loaded, lock.lockfile, recorded, strict=strict))
+    compatible = not any(f.status == "error" for f in findings)
+    lock_digest = lock.digest if lock else None
+    up_to_date = current is not None and current.matches(
+        loaded.digest, lock_digest, native.sha256 if native else None
+    )
+    planned = [
+        PlanArtifact(
+            name=a.name,
+            version=a.version,
+            role=a.role,
+            sha256=a.sha256,
+            size=a.size,
+            filename=a.filename,
+            cached=a.sha256 in cached,
+            unpacked=a.sha256 in unpacked,
+        )
+        for a in artifacts
+    ]
+    shadows = []
+    for a in planned:
+        if a.role != "overlay":
+            continue
+        on_host = host.find(a.name)
+        if on_host is not None:
+            shadows.append(Shadow(canonicalize_name(a.name), a.version, on_host.version))
+    assert effective.profile.target is not None
+    target = TargetEnv.from_profile_target(effective.profile.target).describe()
+    return Plan(
+        schema=1,
+        profile=profile.name,
+        profile_digest=loaded.digest,
+        lock_digest=lock_digest,
+        target=target + ("" if profile.target else " (the host)"),
+        strict=strict,
+        compatible=compatible,
+        up_to_date=up_to_date,
+        findings=findings,
+        steps=_steps(planned, up_to_date),
+        artifacts=planned,
+        shadows=shadows,
+        current_generation=current.generation if current else None,
+    )
+
+
+def with_presence(plan: Plan, cached: frozenset[str], unpacked: frozenset[str]) -> Plan:
+    """``plan`` with each artifact marked cached/unpacked per the given sha256 sets (and its
+    steps re-described): the same as planning again with them, without re-planning."""
+    artifacts = [
+        attrs.evolve(a, cached=a.sha256 in cached, unpacked=a.sha256 in unpacked)
+        for a in plan.artifacts
+    ]
+    return attrs.evolve(plan, artifacts=artifacts, steps=_steps(artifacts, plan.up_to_date))
+
+
+def _finding(finding: Finding) -> PlanFinding:
+    return PlanFinding(finding.check, finding.status, finding.message, finding.fix)
+
+
+def _count(items: Sequence[PlanArtifact], what: str) -> str:
+    return f"{len(items)} {what}{'' if len(items) == 1 else 's'}"
+
+
+def _steps(artifacts: list[PlanArtifact], up_to_date: bool) -> list[Step]:
+    missing = [a for a in artifacts if not a.cached]
+    native = [a for a in artifacts if a.role == "native"]
+    overlay = [a for a in artifacts if a.role == "overlay"]
+
+    def install_detail(items: list[PlanArtifact], where: str) -> str:
+        if not items:
+            return f"nothing to install into {where}"
+        fresh = [a for a in items if not a.unpacked]
+        return (
+            f"{_count(items, 'wheel')} into {where}: {len(fresh)} to unpack into the store, "
+            f"{len(items) - len(fresh)} linked from it"
+        )
+
+    fetch_detail = (
+        "every artifact is in the cache"
+        if not missing
+        else f"download {_count(missing, 'artifact')} "
+        f"({sum(a.size or 0 for a in missing)} bytes known)"
+    )
+    return [
+        Step("fetch", up_to_date or not missing, fetch_detail),
+        Step("verify", up_to_date, f"check sha256 and size of {_count(artifacts, 'artifact')}"),
+        Step("install-native", up_to_date, install_detail(native, "the native dir")),
+        Step("install-overlay", up_to_date, install_detail(overlay, "the overlay dir")),
+        Step("write-manifest", up_to_date, "write the manifest into the new generation"),
+        Step("switch", up_to_date, "make the new generation current (one atomic replace)"),
+        Step("write-shims", up_to_date, "write activation scripts for the current generation"),
+    ]

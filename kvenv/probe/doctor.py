@@ -1,0 +1,330 @@
+"""``kvenv doctor``: a host held against a profile, and an applied overlay held against what
+was installed and what the native wheel requires.
+
+Host findings come from :func:`kvenv.probe.checks.check_host`. When a generation is applied, each
+distribution its manifest lists is looked up where it was installed, and each requirement of
+the native wheel (markers evaluated for the profile's target) is looked up in the overlay, the
+native dir and then the host, each getting the reference system's dependency status:
+
+- ``error``: missing, malformed version metadata, or outside the required specifier;
+- ``warning`` (``error`` with ``strict``): installed at another version than recorded;
+- ``untested``: present with a version nobody recorded, or an optional extra not installed;
+- ``pass``: otherwise.
+
+The report is compatible when nothing is an error. Pure apart from :func:`installed_in`,
+which reads the generation's directories.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import attrs
+from packaging.markers import Marker
+from packaging.requirements import InvalidRequirement, Requirement
+from packaging.utils import canonicalize_name
+from packaging.version import InvalidVersion, Version
+
+from kvenv.model.profile import Profile
+from kvenv.model.snapshot import Distribution, HostSnapshot
+from kvenv.probe.checks import Finding, Status, check_host
+
+REPORT_SCHEMA = 1
+STATUSES: tuple[Status, ...] = ("pass", "warning", "error", "untested")
+
+
+@attrs.frozen
+class DependencyFinding:
+    distribution: str
+    status: Status
+    message: str
+    source: str  # "overlay", "native", "native requirement"
+    installed_version: str | None = None
+    expected_version: str | None = None
+    specifier: str | None = None
+    fix: str | None = None
+
+    def to_json(self) -> dict[str, str | None]:
+        return {
+            "distribution": self.distribution,
+            "status": self.status,
+            "installed_version": self.installed_version,
+            "expected_version": self.expected_version,
+            "specifier": self.specifier,
+            "source": self.source,
+            "message": self.message,
+            "fix": self.fix,
+        }
+
+
+@attrs.frozen
+class Overlay:
+    """The applied generation as doctor sees it: what the manifest recorded (name, version,
+    layer), what the generation's directories hold, and the native wheel's requirements."""
+
+    generation: str
+    expected: tuple[tuple[str, str, str], ...]
+    installed: Mapping[str, Distribution]
+    native_requires: tuple[str, ...] = ()
+
+
+@attrs.frozen
+class DoctorReport:
+    profile: str
+    strict: bool
+    host_source: str
+    host: HostSnapshot
+    findings: tuple[Finding, ...]
+    dependencies: tuple[DependencyFinding, ...] | None  # None: no overlay applied
+    overlay_note: str
+
+    @property
+    def compatible(self) -> bool:
+        every = [f.status for f in self.findings]
+        every += [d.status for d in self.dependencies or ()]
+        return "error" not in every
+
+    def summary(self) -> dict[str, dict[str, int]]:
+        def count(statuses: Iterable[str]) -> dict[str, int]:
+            seen = list(statuses)
+            return {status: seen.count(status) for status in STATUSES}
+
+        return {
+            "host": count(f.status for f in self.findings),
+            "dependencies": count(d.status for d in self.dependencies or ()),
+        }
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "schema": REPORT_SCHEMA,
+            "profile": self.profile,
+            "strict": self.strict,
+            "host_source": self.host_source,
+            "compatible": self.compatible,
+            "findings": [f.to_json() for f in self.findings],
+            "overlay": {
+                "applied": self.dependencies is not None,
+                "note": self.overlay_note,
+                "dependencies": [d.to_json() for d in self.dependencies or ()],
+            },
+            "summary": self.summary(),
+        }
+
+
+def _parse(version: str | None) -> Version | None:
+    if version is None:
+        return None
+    try:
+        return Version(version)
+    except InvalidVersion:
+        return None
+
+
+def _malformed(dist: Distribution) -> bool:
+    return dist.version is None and bool(dist.note and dist.note.startswith("malformed"))
+
+
+def check_installed(
+    expected: Sequence[tuple[str, str, str]],
+    installed: Mapping[str, Distribution],
+    *,
+    strict: bool = False,
+) -> list[DependencyFinding]:
+    """Each (name, version, layer) the manifest recorded, against what the generation holds."""
+    out: list[DependencyFinding] = []
+    for name, version, layer in expected:
+        have = installed.get(canonicalize_name(name))
+        common = {"source": layer, "expected_version": version}
+        if have is None:
+            out.append(
+                DependencyFinding(
+                    name,
+                    "error",
+                    f"{name} {version} is missing from the {layer} directory",
+                    fix="re-run `kvenv apply` (or `kvenv verify` to list every damaged file)",
+                    **common,
+                )
+            )
+        elif _malformed(have) or have.version is None:
+            out.append(
+                DependencyFinding(
+                    name,
+                    "error",
+                    f"{name} has malformed version metadata ({have.note})",
+                    fix="re-run `kvenv apply`",
+                    **common,
+                )
+            )
+        elif _parse(have.version) != _parse(version):
+            out.append(
+                DependencyFinding(
+                    name,
+                    "error" if strict else "warning",
+                    f"{name} {have.version} differs from the applied {version}",
+                    installed_version=have.version,
+                    fix="something changed the overlay; re-run `kvenv apply`",
+                    **common,
+                )
+            )
+        else:
+            out.append(
+                DependencyFinding(
+                    name, "pass", f"{name} {version}", installed_version=have.version, **common
+                )
+            )
+    return out
+
+
+def check_requirements(
+    requires: Sequence[str],
+    provided: Mapping[str, tuple[Distribution, str]],
+    evaluate: Callable[[Marker | None], bool],
+    *,
+    quiet: Iterable[str] = (),
+) -> list[DependencyFinding]:
+    """Each requirement of the native wheel that applies to the target, against the
+    distribution that provides it (name -> (distribution, where: overlay/native/host)).
+    Passing requirements on ``quiet`` names (already reported as installed) are left out."""
+    hushed = {canonicalize_name(n) for n in quiet}
+    out: list[DependencyFinding] = []
+    for line in requires:
+        try:
+            req = Requirement(line)
+        except InvalidRequirement:
+            out.append(
+                DependencyFinding(line, "error", f"unparseable requirement {line!r}", "native")
+            )
+            continue
+        key = canonicalize_name(req.name)
+        if not evaluate(req.marker):
+            continue
+        spec = str(req.specifier) or None
+        found = provided.get(key)
+        if found is None:
+            out.append(
+                DependencyFinding(
+                    req.name,
+                    "error",
+                    f"{req.name}{spec or ''} is required by the native wheel and not installed",
+                    "native requirement",
+                    specifier=spec,
+                    fix="re-lock (`kvenv lock`) and re-apply, or waive it in the profile",
+                )
+            )
+            continue
+        dist, where = found
+        source = f"native requirement ({where})"
+        parsed = _parse(dist.version)
+        if parsed is None and _malformed(dist):
+            out.append(
+                DependencyFinding(
+                    req.name,
+                    "error",
+                    f"{req.name} has {dist.note}",
+                    source,
+                    specifier=spec,
+                    fix=f"reinstall {req.name}",
+                )
+            )
+        elif parsed is None:
+            out.append(
+                DependencyFinding(
+                    req.name,
+                    "untested",
+                    f"{req.name} is on the {where} with an unrecorded version",
+                    source,
+                    specifier=spec,
+                    fix="check it on the host: `kvenv doctor` without --host",
+                )
+            )
+        elif req.specifier.contains(parsed, prereleases=True):
+            if key in hushed:
+                continue
+            out.append(
+                DependencyFinding(
+                    req.name,
+                    "pass",
+                    f"{req.name} {dist.version} satisfies {spec or 'any version'}",
+                    source,
+                    installed_version=dist.version,
+                    specifier=spec,
+                )
+            )
+        else:
+            out.append(
+                DependencyFinding(
+                    req.name,
+                    "error",
+                    f"{req.name} {dist.version} does not satisfy {spec}",
+                    source,
+                    installed_version=dist.version,
+                    specifier=spec,
+                    fix="re-lock (`kvenv lock`) and re-apply",
+                )
+            )
+    return out
+
+
+def provided_by(overlay: Overlay, host: HostSnapshot) -> dict[str, tuple[Distribution, str]]:
+    """Who provides each name at run time: the overlay/native dirs, then the host."""
+    provided: dict[str, tuple[Distribution, str]] = {
+        canonicalize_name(d.name): (d, "host") for d in host.distributions
+    }
+    layers: dict[str, str] = {canonicalize_name(n): layer for n, _, layer in overlay.expected}
+    for key, dist in overlay.installed.items():
+        provided[key] = (dist, layers.get(key, "overlay"))
+    return provided
+
+
+def diagnose(
+    profile: Profile,
+    host: HostSnapshot,
+    *,
+    host_source: str,
+    strict: bool = False,
+    recorded: HostSnapshot | None = None,
+    overlay: Overlay | None = None,
+    overlay_note: str = "no overlay applied",
+    evaluate: Callable[[Marker | None], bool] | None = None,
+) -> DoctorReport:
+    """The whole doctor report. ``evaluate`` decides which native requirements apply (the
+    profile's target markers); without it the native requirements are not checked."""
+    findings = check_host(profile, host, strict=strict, recorded=recorded)
+    dependencies: list[DependencyFinding] | None = None
+    if overlay is not None:
+        dependencies = check_installed(overlay.expected, overlay.installed, strict=strict)
+        if evaluate is not None and overlay.native_requires:
+            dependencies += check_requirements(
+                overlay.native_requires,
+                provided_by(overlay, host),
+                evaluate,
+                quiet=[name for name, _, _ in overlay.expected],
+            )
+    return DoctorReport(
+        profile=profile.name,
+        strict=strict,
+        host_source=host_source,
+        host=host,
+        findings=tuple(findings),
+        dependencies=tuple(dependencies) if dependencies is not None else None,
+        overlay_note=overlay_note,
+    )
+
+
+def installed_in(
+    generation: str,
+    expected: Sequence[tuple[str, str, str]],
+    dirs: Sequence[Path],
+    native: str | None,
+) -> Overlay:
+    """Read what the generation's directories hold (the edge of this module)."""
+    from kvenv.probe.dists import read_distributions
+
+    found, _ = read_distributions([str(d) for d in dirs if d.is_dir()])
+    installed: dict[str, Distribution] = {canonicalize_name(d.name): d for d in found}
+    requires: tuple[str, ...] = ()
+    if native is not None and canonicalize_name(native) in installed:
+        requires = tuple(installed[canonicalize_name(native)].requires or ())
+    return Overlay(generation, tuple(expected), installed, requires)

@@ -1,0 +1,88 @@
+"""The profile's declared ``native.name``/``native.version`` are held against the wheel: its file
+name when planning, its METADATA once fetched. A mismatch is refused (exit 2) naming the
+profile field, before anything is installed."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from kvenv.errors import ProfileError
+from kvenv.fetch import fetch_all
+from kvenv.model.locations import Locations
+from kvenv.plan.artifacts import native_artifact
+from tests.support.applyenv import locations, standard_project
+from tests.support.hardening import run_cli, tree_state
+from tests.support.wheels import build_wheel, sha256_of
+
+
+def _sub(path: Path, old: str, new: str) -> None:
+    text = path.read_text()
+    assert old in text, f"{old!r} not in {path}"
+    path.write_text(text.replace(old, new, 1))
+
+
+def _paths(where: Locations) -> list[str]:
+    return ["--root", str(where.root), "--cache", str(where.cache)]
+
+
+@pytest.mark.parametrize(
+    ("old", "new", "field"),
+    [
+        ('name = "nativepkg"', 'name = "Torch-Vision"', "$.native.name"),
+        ('version = "1.0"', 'version = "1.1"', "$.native.version"),
+    ],
+)
+def test_file_name_mismatch_is_refused_before_anything_is_written(
+    tmp_path: Path, old: str, new: str, field: str
+) -> None:
+    project = standard_project(tmp_path / "proj")
+    _sub(project.profile_path, old, new)
+    before = tree_state(tmp_path / "proj")
+    where = locations(tmp_path)
+    for args in (
+        ["plan", str(project.profile_path)],
+        ["apply", str(project.profile_path), *_paths(where)],
+    ):
+        result = run_cli(args)
+        assert result.code == 2, result.text
+        assert "not the one the profile declares" in result.err
+        assert f"{project.profile_path}: {field}: " in result.err
+        assert "nativepkg-1.0-py3-none-any.whl" in result.err
+    assert tree_state(tmp_path / "proj") == before
+    assert not where.root.exists() and not where.cache.exists()
+
+
+def test_a_url_source_is_checked_from_its_file_name(tmp_path: Path) -> None:
+    project = standard_project(tmp_path / "proj")
+    text = project.profile_path.read_text()
+    start, end = text.index("[native.source]"), text.index("[runtime.env]")
+    source = '[native.source]\nkind = "url"\nurl = "https://example.invalid/other-1.0-py3-none-any.whl"\n'
+    project.profile_path.write_text(text[:start] + source + text[end:])
+    with pytest.raises(ProfileError) as info:
+        native_artifact(project.loaded())
+    assert "$.native.name" in info.value.render() and "'other'" in info.value.render()
+
+
+def test_metadata_mismatch_is_refused_after_fetching(tmp_path: Path) -> None:
+    project = standard_project(tmp_path / "proj")
+    impostor = build_wheel(tmp_path / "built", "otherpkg", "1.0")
+    old_sha, old_size = sha256_of(project.native), project.native.stat().st_size
+    renamed = project.native  # the same file name, an impostor's bytes
+    renamed.write_bytes(impostor.read_bytes())
+    _sub(project.profile_path, old_sha, sha256_of(renamed))
+    _sub(project.lock_path, old_sha, sha256_of(renamed))
+    _sub(project.profile_path, f"size = {old_size}", f"size = {renamed.stat().st_size}")
+    artifact = native_artifact(project.loaded())
+    assert artifact is not None
+    with pytest.raises(ProfileError) as info:
+        fetch_all([artifact], cache=tmp_path / "cache")
+    text = info.value.render()
+    assert "$.native.name" in text and "METADATA" in text and "'otherpkg'" in text
+    where = locations(tmp_path)
+    result = run_cli(
+        ["apply", str(project.profile_path), "--root", str(where.root), "--cache", str(where.cache)]
+    )
+    assert result.code == 2 and "$.native.name" in result.err, result.text
+    assert not (where.root / "current.json").exists()
