@@ -16,10 +16,11 @@ from typing import TYPE_CHECKING, Any
 from kvenv.cli._io import emit_json, err, out
 
 if TYPE_CHECKING:
+    from kvenv.lock.input import LockInput
     from kvenv.model.loading import LoadedProfile
     from kvenv.model.locations import Locations
     from kvenv.model.snapshot import HostSnapshot
-    from kvenv.plan.make import LockInput, Plan
+    from kvenv.plan.make import Plan
 
 SHELL_CHOICES = ("bash", "zsh", "fish", "pwsh", "json")
 
@@ -107,12 +108,9 @@ def _load(args: argparse.Namespace) -> tuple[LoadedProfile, Locations]:
 
 
 def _lock(loaded: LoadedProfile) -> LockInput | None:
-    from kvenv.plan.make import read_lock_input
+    from kvenv.lock.input import profile_lock
 
-    path = loaded.lock_path
-    if not path.exists() and loaded.profile.overlay.lock is None:
-        return None  # a profile without an overlay
-    return read_lock_input(path)
+    return profile_lock(loaded)
 
 
 def _host(snapshot: str | None) -> HostSnapshot:
@@ -217,16 +215,18 @@ def cmd_plan(args: argparse.Namespace) -> int:
 
 
 def cmd_apply(args: argparse.Namespace) -> int:
-    from pathlib import Path
-
-    from kvenv.env.apply import apply
+    from kvenv.env.apply import ApplyOptions, apply, plan_apply
     from kvenv.plan.make import plan_to_dict
 
-    bundle = Path(args.bundle) if args.bundle else None
-    if bundle is not None and args.profile is None:
+    bundle = None
+    if args.bundle:
+        from pathlib import Path
+
         from kvenv.fetch.bundle import open_bundle
 
-        args.profile = str(open_bundle(bundle, verify=False).profile_path)  # the bundle's own
+        bundle = open_bundle(Path(args.bundle))  # opened and verified once
+        if args.profile is None:
+            args.profile = str(bundle.profile_path)  # the bundle's own
     loaded, locations = _load(args)
     # Probed (and read) at most once, whether the fast path or the full apply asks first.
     host = functools.cache(lambda: _host(None))
@@ -238,25 +238,22 @@ def cmd_apply(args: argparse.Namespace) -> int:
         if done is not None:
             out(f"already up to date: generation {done[0]} in {locations.root}; nothing to do")
             return 0
-    lock = _lock(loaded)
+    plan = plan_apply(
+        loaded, _lock(loaded), host(), locations, strict=args.strict, recorded=recorded()
+    )
     progress = _Progress()
+    options = ApplyOptions(
+        offline=args.offline or bundle is not None,
+        bundle=bundle,
+        dry_run=args.dry_run,
+        wait=not args.no_wait,
+        jobs=args.jobs,
+        python=args.python,
+        progress=progress,
+        on_wait=err,
+    )
     try:
-        result = apply(
-            loaded,
-            lock,
-            host(),
-            locations,
-            strict=args.strict,
-            offline=args.offline or bundle is not None,
-            bundle=bundle,
-            dry_run=args.dry_run,
-            wait=not args.no_wait,
-            jobs=args.jobs,
-            python=args.python,
-            recorded=recorded(),
-            progress=progress,
-            on_wait=err,
-        )
+        result = apply(plan, options)
     finally:
         progress.close()
     if args.json:
@@ -296,7 +293,8 @@ def cmd_activate(args: argparse.Namespace) -> int:
     from pathlib import Path
 
     from kvenv.env.activation import activation_for, render
-    from kvenv.env.manifest import current_manifest_path, read_manifest
+    from kvenv.env.manifest import read_manifest
+    from kvenv.env.root import current_manifest_path
     from kvenv.errors import InputError
 
     if args.manifest:
@@ -322,7 +320,7 @@ def cmd_activate(args: argparse.Namespace) -> int:
 
 
 def cmd_status(args: argparse.Namespace) -> int:
-    from kvenv.env.apply import current_state, is_owned, list_generations
+    from kvenv.env.root import current_state, is_owned, list_generations, manifest_path
 
     loaded, locations = _load(args)
     data: dict[str, Any] = {
@@ -346,7 +344,7 @@ def cmd_status(args: argparse.Namespace) -> int:
                 previous=pointer.previous,
                 applied_profile=manifest.profile.name,
                 applied_at=manifest.created_at,
-                manifest=str(locations.generations / manifest.generation / "manifest.json"),
+                manifest=str(manifest_path(locations.root, manifest.generation)),
                 distributions=len(manifest.distributions),
                 current=manifest.matches(
                     loaded.digest, lock.digest if lock else None, native.sha256 if native else None
@@ -368,7 +366,7 @@ def cmd_status(args: argparse.Namespace) -> int:
 
 
 def cmd_verify(args: argparse.Namespace) -> int:
-    from kvenv.env.apply import current_state, is_owned
+    from kvenv.env.root import current_state, is_owned
     from kvenv.env.verify import drift_error, shadowed, verify
     from kvenv.errors import InputError
 
@@ -403,8 +401,8 @@ def cmd_verify(args: argparse.Namespace) -> int:
 
 
 def cmd_reset(args: argparse.Namespace) -> int:
-    from kvenv.env.apply import RootLock, is_owned
     from kvenv.env.reset import execute_reset, plan_reset
+    from kvenv.env.root import RootLock, is_owned
     from kvenv.errors import UsageError
 
     _, locations = _load(args)

@@ -219,7 +219,7 @@ def locate_manifest(
 ) -> Path | None:
     """The manifest to activate: the argument, ``$KVENV_MANIFEST``, else the current
     generation of the profile's runtime root. None when nothing was applied."""
-    from kvenv.env.manifest import current_manifest_path
+    from kvenv.env.root import current_manifest_path
     from kvenv.model.locations import ENV_MANIFEST
 
     if manifest is not None:

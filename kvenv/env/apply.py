@@ -1,50 +1,31 @@
-"""``kvenv apply``: execute a plan into a new generation and switch to it atomically.
+"""``kvenv apply``: execute a :class:`~kvenv.plan.make.Plan` into a new generation of the runtime
+root and switch to it atomically (the root's layout: :mod:`kvenv.env.root`).
 
-Layout of a runtime root (every name here is kvenv's; nothing else in the root is touched)::
-
-    <root>/.kvenv-root                    ownership marker (a root without it is not kvenv's)
-    <root>/.kvenv.lock                    file lock serialising applies (+ .kvenv.lock.owner)
-    <root>/current.json                   {"generation": ID, "previous": ID}: THE switch
-    <root>/activate.sh|.fish|.ps1         activation scripts of the current generation
-    <root>/generations/<ID>/native/       the native wheel (hard links from the store)
-    <root>/generations/<ID>/overlay/      the overlay wheels
-    <root>/generations/<ID>/bin/          console scripts, shebang = the host interpreter
-    <root>/generations/<ID>/manifest.json written last: a generation without it is incomplete
-
-Why a ``current.json`` pointer replaced with ``os.replace`` and not a ``current`` symlink:
-``os.replace`` of a file is atomic on every OS and filesystem kvenv meets (Kaggle datasets and
-some mounts do not keep symlinks, Windows needs privileges for them), ``reset`` refuses to
-follow symlinks anywhere under the root, and activation resolves the pointer to the
-generation's real directories, so a process that activated a generation keeps importing from
-it while a later apply switches (that previous generation is kept until the next apply).
-
-Order: lock the root, clean up what a killed run left (generations without a manifest), plan,
-fetch and verify every artifact (nothing is installed unless all are good), unpack new wheels
-into the store, link the native and overlay layers into a fresh generation, write its
-manifest, switch the pointer (the one moment the state changes), write the activation
-scripts, then remove generations older than the previous one. A kill at any moment leaves the
-previous generation current and intact; the next run finishes the job.
+:func:`plan_apply` plans against the root's current state and what the cache and store hold;
+:func:`apply` takes that plan and one :class:`ApplyOptions` record and runs the plan's steps in
+the plan's order (``fetch``, ``verify``, ``install-native``, ``install-overlay``,
+``write-manifest``, ``switch``, ``write-shims``; a plan whose steps break
+:data:`~kvenv.plan.make.STEP_REQUIRES` is refused before anything is written). Around them:
+lock the root, clean up what a killed run left (generations without a manifest), plan again
+only if another apply switched the root since planning, and afterwards remove generations
+older than the previous one. Nothing is installed unless every artifact was fetched and
+verified; the pointer switch is the one moment the state changes. A kill at any moment leaves
+the previous generation current and intact; the next run finishes the job.
 """
 
 from __future__ import annotations
 
-import datetime
 import os
-import secrets
-import shutil
 import signal
-import socket
 import sys
 from collections.abc import Callable
 from pathlib import Path
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 import attrs
 
 from kvenv import __version__
 from kvenv.env.manifest import (
-    MANIFEST_NAME,
-    POINTER_NAME,
     GenerationDirs,
     HostPackage,
     InstalledDistribution,
@@ -52,26 +33,68 @@ from kvenv.env.manifest import (
     NativeIdentity,
     Pointer,
     ProfileRef,
-    generation_dir,
-    read_manifest,
-    read_pointer,
-    write_json_atomic,
     write_manifest,
 )
+from kvenv.env.root import (
+    RootLock,
+    claim_root,
+    current_state,
+    dirs_present,
+    generation_dir,
+    is_owned,
+    list_generations,
+    manifest_path,
+    new_generation_id,
+    now,
+    owner_file,
+    read_pointer,
+    remove_generations,
+    shims_current,
+    switch,
+    write_shims,
+)
 from kvenv.errors import ConflictError, InputError, Problem
+from kvenv.fetch.bundle import BundleInfo
+from kvenv.lock.input import LockInput, file_digest, has_lock
 from kvenv.model.fields import Sha256
 from kvenv.model.loading import LoadedProfile
-from kvenv.model.locations import ROOT_MARKER, Locations
+from kvenv.model.locations import Locations
 from kvenv.model.profile import HfSource, PathSource, UrlSource
 from kvenv.model.snapshot import HostSnapshot
-from kvenv.plan.make import LockInput, Plan, effective_profile, make_plan, with_presence
+from kvenv.plan.make import (
+    STEP_REQUIRES,
+    Plan,
+    PlanArtifact,
+    StepName,
+    make_plan,
+    with_presence,
+)
+
+if TYPE_CHECKING:  # the store is imported when a step needs it (start-up time)
+    from kvenv.env.store import GenerationLayout, LinkedLayer, StoreEntry
 
 KILL_ENV = "KVENV_TEST_KILL_AT"
-SHIMS = {"sh": "bash", "fish": "fish", "ps1": "pwsh"}
-OWNER_SUFFIX = ".owner"
 
 Progress = Callable[[str, int, int | None], None]
 Status = Literal["applied", "up-to-date", "dry-run"]
+
+
+def _ignore(_message: str) -> None:
+    return None
+
+
+@attrs.frozen
+class ApplyOptions:
+    """How to execute a plan (what to execute is the plan's)."""
+
+    offline: bool = False
+    bundle: BundleInfo | None = None  # an opened bundle: artifacts come from it, offline
+    dry_run: bool = False
+    wait: bool = True  # queue behind another apply on the root (else refuse)
+    jobs: int = 8
+    python: str | None = None  # interpreter for console scripts (default: the host's)
+    progress: Progress | None = None
+    on_wait: Callable[[str], None] = _ignore
 
 
 @attrs.frozen
@@ -93,132 +116,363 @@ def _test_kill(point: str) -> None:
         os.kill(os.getpid(), signal.SIGKILL)
 
 
-# -- ownership ---------------------------------------------------------------------------------
-
-_OWN_NAMES = {ROOT_MARKER, ".kvenv.lock", ".kvenv.lock" + OWNER_SUFFIX}
+# -- planning against a root -------------------------------------------------------------------
 
 
-def is_owned(root: Path) -> bool:
-    return (root / ROOT_MARKER).is_file()
+def plan_apply(
+    loaded: LoadedProfile,
+    lock: LockInput | None,
+    host: HostSnapshot,
+    locations: Locations,
+    *,
+    strict: bool = False,
+    recorded: HostSnapshot | None = None,
+) -> Plan:
+    """The plan against the root's current state and what the cache and store hold."""
+    current = None
+    if is_owned(locations.root):
+        _, current = current_state(locations)
+    draft = make_plan(loaded, lock, host, current, strict=strict, recorded=recorded)
+    shas = [a.sha256 for a in draft.artifacts]
+    plan = with_presence(draft, _cached(locations, shas), _stored(locations, shas))
+    return attrs.evolve(plan, inputs=attrs.evolve(plan.inputs, locations=locations))
 
 
-def claim_root(root: Path) -> None:
-    """Make ``root`` a kvenv runtime root: create it, or adopt it when empty. A non-empty
-    directory without the marker is someone else's and is refused."""
-    if root.is_symlink() and not root.exists():
-        raise ConflictError(f"runtime root is a dangling symlink: {root}")
-    if root.exists() and not root.is_dir():
-        raise ConflictError(
-            f"runtime root is not a directory: {root}", hint="choose another --root"
-        )
-    if is_owned(root):
+def _stored(locations: Locations, shas: list[str]) -> frozenset[str]:
+    from kvenv.env.store import lookup
+
+    return frozenset(s for s in shas if lookup(locations.store, s) is not None)
+
+
+def _cached(locations: Locations, shas: list[str]) -> frozenset[str]:
+    from kvenv.fetch.cache import ArtifactCache
+
+    cache = ArtifactCache(locations.cache)
+    return frozenset(s for s in shas if cache.entry(s).is_dir())
+
+
+def noop_fast(
+    loaded: LoadedProfile,
+    locations: Locations,
+    host: Callable[[], HostSnapshot],
+    recorded: Callable[[], HostSnapshot | None],
+) -> tuple[str, str] | None:
+    """``(generation, manifest path)`` when applying ``loaded`` is certainly a no-op, judged
+    without reading the lock or the store; None when unsure (then plan and apply in full).
+
+    A no-op needs: no apply in progress; a current manifest that validates, was written by
+    this kvenv and records this profile's digest, the sha256 of the lock file's bytes and the
+    profile's native wheel; its generation's dirs present; no other generation to clean up; the
+    activation scripts as an apply would write them; and a live host that still passes the
+    profile's target checks. The lock's own checks and the native wheel's tags are functions
+    of the profile and the lock bytes, which passed them when the manifest was written. A
+    profile without ``[target]`` (its target is the host) always takes the full path.
+    """
+    from kvenv.probe.checks import check_host
+
+    profile = loaded.profile
+    if profile.target is None or not is_owned(locations.root):
+        return None
+    if owner_file(locations).exists():
+        return None
+    lock_digest = None
+    if has_lock(loaded):
+        lock_digest = file_digest(loaded.lock_path)
+        if lock_digest is None:
+            return None
+    try:
+        pointer, manifest = current_state(locations)
+    except InputError:
+        return None
+    if pointer is None or manifest is None or manifest.kvenv_version != __version__:
+        return None
+    native_sha = profile.native.sha256 if profile.native else None
+    if not manifest.matches(loaded.digest, lock_digest, native_sha) or not dirs_present(manifest):
+        return None
+    keep = {pointer.generation} | ({pointer.previous} if pointer.previous else set())
+    if not set(list_generations(locations)) <= keep or not shims_current(locations, manifest):
+        return None
+    findings = check_host(profile, host(), recorded=recorded())
+    if any(f.status == "error" for f in findings):
+        return None
+    return manifest.generation, str(manifest_path(locations.root, manifest.generation))
+
+
+def _refuse_incompatible(plan: Plan) -> None:
+    if plan.compatible:
         return
-    if root.exists():
-        foreign = sorted(p.name for p in root.iterdir() if p.name not in _OWN_NAMES)
-        if foreign:
-            shown = ", ".join(foreign[:5]) + (" ..." if len(foreign) > 5 else "")
-            raise ConflictError(
-                f"refusing to use non-empty directory {root}: it was not created by kvenv "
-                f"(contains {shown})",
-                hint="choose an empty or new --root; kvenv never overwrites directories it "
-                "does not own",
+    if all(f.check.startswith("lock ") for f in plan.errors):
+        raise ConflictError(
+            f"the lock does not match profile {plan.profile}",
+            problems=[Problem(f.message, fix=f.fix) for f in plan.errors],
+            hint=f"nothing was changed; run `kvenv lock {plan.profile}` (see `kvenv plan`)",
+        )
+    raise ConflictError(
+        f"profile {plan.profile} does not fit this host",
+        problems=[Problem(f.message, fix=f.fix) for f in plan.errors],
+        hint="nothing was changed; use a profile made for this host (see `kvenv plan`)",
+    )
+
+
+def _refuse_misordered(plan: Plan) -> None:
+    """Every step's prerequisites must come before it in the plan."""
+    seen: set[StepName] = set()
+    for step in plan.steps:
+        missing = [need for need in STEP_REQUIRES[step.name] if need not in seen]
+        if missing:
+            raise InputError(
+                f"the plan cannot be executed: step {step.name!r} needs "
+                f"{' and '.join(repr(m) for m in missing)} before it",
+                hint="nothing was changed; make the plan again with `kvenv plan`",
             )
-    root.mkdir(parents=True, exist_ok=True)
-    data = {"kvenv": __version__, "created_at": _now()}
-    write_json_atomic(root / ROOT_MARKER, data)
+        seen.add(step.name)
 
 
-def _now() -> str:
-    return datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
+def _locations(plan: Plan) -> Locations:
+    locations = plan.inputs.locations
+    if locations is None:
+        raise InputError(
+            "the plan was made without a runtime root and cannot be applied",
+            hint="plan with kvenv.env.apply.plan_apply (or `kvenv apply`)",
+        )
+    return locations
 
 
-# -- the lock ----------------------------------------------------------------------------------
+def _replan(plan: Plan) -> Plan:
+    inputs = plan.inputs
+    return plan_apply(
+        inputs.loaded,
+        inputs.lock,
+        inputs.host,
+        _locations(plan),
+        strict=inputs.strict,
+        recorded=inputs.recorded,
+    )
 
 
-class RootLock:
-    """``filelock`` on ``<root>/.kvenv.lock``; the holder's pid and host in a sidecar file."""
-
-    def __init__(self, locations: Locations, *, wait: bool, on_wait: Callable[[str], None]):
-        self.path = locations.lock
-        self.owner = self.path.with_name(self.path.name + OWNER_SUFFIX)
-        self.wait = wait
-        self.on_wait = on_wait
-        self._lock: object | None = None
-
-    def holder(self) -> str:
-        try:
-            return self.owner.read_text(encoding="utf-8").strip() or "unknown"
-        except OSError:
-            return "unknown"
-
-    def __enter__(self) -> RootLock:
-        from filelock import FileLock, Timeout
-
-        lock = FileLock(str(self.path))
-        try:
-            lock.acquire(timeout=0)
-        except Timeout:
-            if not self.wait:
-                raise ConflictError(
-                    f"another kvenv apply holds {self.path} ({self.holder()})",
-                    hint="wait for it to finish, or run without --no-wait to queue",
-                ) from None
-            self.on_wait(f"waiting for another kvenv apply on this root ({self.holder()})")
-            lock.acquire()
-        self._lock = lock
-        self.owner.write_text(f"pid {os.getpid()} on {socket.gethostname()}\n", encoding="utf-8")
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        from filelock import FileLock
-
-        lock = self._lock
-        if isinstance(lock, FileLock):
-            self.owner.unlink(missing_ok=True)
-            lock.release()
+# -- apply -------------------------------------------------------------------------------------
 
 
-# -- generations -------------------------------------------------------------------------------
+def apply(plan: Plan, options: ApplyOptions | None = None) -> ApplyResult:
+    """Execute ``plan`` (from :func:`plan_apply`) as ``options`` say."""
+    options = options or ApplyOptions()
+    locations = _locations(plan)
+    root = locations.root
+    # Refuse before anything is written: a refused apply creates no root.
+    _refuse_incompatible(plan)
+    _refuse_misordered(plan)
+    if options.dry_run:
+        return ApplyResult("dry-run", plan, str(root), plan.current_generation, None)
+    claim_root(root)
+    with RootLock(locations, wait=options.wait, on_wait=options.on_wait):
+        pointer = read_pointer(root)
+        keep = {pointer.generation} if pointer else set()
+        if pointer and pointer.previous:
+            keep.add(pointer.previous)
+        cleaned = remove_generations(locations, keep, incomplete_only=True)
+        # The plan stays right while the generation it was made over is still current
+        # (generations are immutable, their ids unique); another apply switched the root in
+        # between: plan again against what is there now.
+        if (pointer.generation if pointer else None) != plan.current_generation:
+            plan = _replan(plan)
+            _refuse_incompatible(plan)
+        if plan.up_to_date and pointer is not None:
+            _, manifest = current_state(locations)
+            if manifest is not None and dirs_present(manifest):
+                write_shims(locations, manifest)
+                removed = remove_generations(locations, keep, incomplete_only=False)
+                return ApplyResult(
+                    "up-to-date",
+                    plan,
+                    str(root),
+                    manifest.generation,
+                    str(manifest_path(root, manifest.generation)),
+                    removed=cleaned + removed,
+                )
+        result = _Run(plan, locations, pointer, options).execute()
+        return attrs.evolve(result, removed=cleaned + result.removed)
 
 
-def new_generation_id() -> str:
-    stamp = datetime.datetime.now(datetime.timezone.utc).strftime("%Y%m%dT%H%M%S")
-    return f"{stamp}-{secrets.token_hex(3)}"
+def _fetch_progress(progress: Progress | None) -> Progress | None:
+    kill_mid = os.environ.get(KILL_ENV) == "mid-fetch"
+    if progress is None and not kill_mid:
+        return None
+
+    def report(label: str, done: int, total: int | None) -> None:
+        if kill_mid and done > 0 and (total is None or done < total):
+            _test_kill("mid-fetch")
+        if progress is not None:
+            progress(label, done, total)
+
+    return report
 
 
-def _is_generation_id(name: str) -> bool:
-    stamp, _, tail = name.partition("-")
-    return len(stamp) == 15 and stamp[8] == "T" and len(tail) == 6 and tail.isalnum()
+@attrs.define
+class _Run:
+    """One execution of a plan's steps; each step leaves its result here for the next."""
 
+    plan: Plan
+    locations: Locations
+    pointer: Pointer | None
+    options: ApplyOptions
+    files: dict[str, Path] = attrs.field(factory=dict)
+    entries: dict[str, StoreEntry] | None = None
+    generation: str | None = None
+    native: LinkedLayer | None = None
+    overlay: LinkedLayer | None = None
+    manifest: Manifest | None = None
+    switched: bool = False
 
-def list_generations(locations: Locations) -> list[str]:
-    base = locations.generations
-    if not base.is_dir():
-        return []
-    return sorted(p.name for p in base.iterdir() if p.is_dir() and _is_generation_id(p.name))
+    @property
+    def loaded(self) -> LoadedProfile:
+        return self.plan.inputs.loaded
 
+    @property
+    def protected(self) -> list[str]:
+        return list(self.loaded.profile.host.protected)
 
-def remove_generations(locations: Locations, keep: set[str], *, incomplete_only: bool) -> list[str]:
-    """Remove kvenv's generation directories not in ``keep`` (only those without a manifest
-    when ``incomplete_only``). Never follows symlinks."""
-    removed: list[str] = []
-    for name in list_generations(locations):
-        if name in keep:
-            continue
-        path = generation_dir(locations.root, name)
-        if path.is_symlink():
-            continue
-        if incomplete_only and (path / MANIFEST_NAME).exists():
-            continue
-        shutil.rmtree(path)
-        removed.append(name)
-    return removed
+    @property
+    def waivers(self) -> list[str]:
+        return [w.name for w in self.loaded.profile.overlay.record_waivers]
+
+    def artifacts(self, role: str | None = None) -> list[PlanArtifact]:
+        return [a for a in self.plan.artifacts if role is None or a.role == role]
+
+    def execute(self) -> ApplyResult:
+        steps: dict[StepName, Callable[[], None]] = {
+            "fetch": self.fetch,
+            "verify": self.verify,
+            "install-native": self.install_native,
+            "install-overlay": self.install_overlay,
+            "write-manifest": self.write_manifest,
+            "switch": self.switch,
+            "write-shims": self.write_shims,
+        }
+        for step in self.plan.steps:
+            steps[step.name]()
+            _test_kill(step.name)
+        root = self.locations.root
+        previous = self.pointer.generation if self.pointer else None
+        keep = {g for g in (self.generation, previous) if g}
+        if not self.switched and self.pointer and self.pointer.previous:
+            keep.add(self.pointer.previous)
+        removed = remove_generations(self.locations, keep, incomplete_only=False)
+        manifest = self.manifest
+        return ApplyResult(
+            "applied",
+            self.plan,
+            str(root),
+            self.generation,
+            str(manifest_path(root, manifest.generation)) if manifest else None,
+            removed,
+            list(manifest.notes) if manifest else [],
+            apply_warnings(manifest) if manifest else [],
+        )
+
+    # -- the steps ---------------------------------------------------------------------------
+
+    def fetch(self) -> None:
+        from kvenv.fetch.core import fetch_all
+
+        bundle = self.options.bundle
+        self.files = fetch_all(
+            [a.artifact for a in self.artifacts()],
+            cache=self.locations.cache,
+            offline=self.options.offline or bundle is not None,
+            bundle=bundle.local_files() if bundle is not None else None,
+            jobs=self.options.jobs,
+            progress=_fetch_progress(self.options.progress),
+        )
+
+    def verify(self) -> None:
+        missing = [a.artifact.label for a in self.artifacts() if a.sha256 not in self.files]
+        if missing:
+            raise InputError(f"artifacts missing after fetch: {', '.join(missing)}")
+
+    def _unpacked(self) -> dict[str, StoreEntry]:
+        """Every wheel of the plan in the store (unpacked once, in parallel, on first use); a
+        waived RECORD is accepted while unpacking, and linking accepts it in the overlay only."""
+        from kvenv.env.store import unpack_all
+
+        if self.entries is None:
+            wheels = {a.sha256: self.files[a.sha256] for a in self.artifacts()}
+            self.entries = dict(
+                unpack_all(
+                    self.locations.store,
+                    wheels,
+                    protected=self.protected,
+                    record_waivers=self.waivers,
+                    jobs=self.options.jobs,
+                )
+            )
+        return self.entries
+
+    def _layout(self, layer: str) -> GenerationLayout:
+        from kvenv.env.store import GenerationLayout
+
+        if self.generation is None:
+            self.generation = new_generation_id()
+            gen = generation_dir(self.locations.root, self.generation)
+            gen.mkdir(parents=True)
+            for name in ("native", "overlay"):
+                GenerationLayout.beside(gen / name).site.mkdir()
+            GenerationLayout.beside(gen / "native").bin.mkdir()  # shared by both layers
+        return GenerationLayout.beside(generation_dir(self.locations.root, self.generation) / layer)
+
+    @property
+    def interpreter(self) -> str:
+        return self.options.python or self.plan.inputs.host.python.executable or sys.executable
+
+    def _install(self, role: Literal["native", "overlay"]) -> LinkedLayer:
+        from kvenv.env.store import link_layer
+
+        entries = self._unpacked()
+        layout = self._layout(role)
+        chosen = [entries[a.sha256] for a in self.artifacts(role)]
+        if role == "native":
+            return link_layer(
+                chosen,
+                layout,
+                python=self.interpreter,
+                protected=self.protected,
+                layer="native",
+                jobs=self.options.jobs,
+            )
+        return link_layer(
+            chosen,
+            layout,
+            python=self.interpreter,
+            protected=self.protected,
+            record_waivers=self.waivers,
+            jobs=self.options.jobs,
+        )
+
+    def install_native(self) -> None:
+        self.native = self._install("native")
+
+    def install_overlay(self) -> None:
+        self.overlay = self._install("overlay")
+
+    def write_manifest(self) -> None:
+        assert self.generation is not None
+        self.manifest = build_manifest(self)
+        write_manifest(manifest_path(self.locations.root, self.generation), self.manifest)
+
+    def switch(self) -> None:
+        assert self.generation is not None
+        switch(self.locations, self.generation, self.pointer.generation if self.pointer else None)
+        self.switched = True
+
+    def write_shims(self) -> None:
+        assert self.manifest is not None
+        write_shims(self.locations, self.manifest)
 
 
 # -- the manifest ------------------------------------------------------------------------------
 
 
 def native_source_text(loaded: LoadedProfile) -> str:
+    """How the manifest records where the native wheel came from."""
     native = loaded.profile.native
     if native is None:
         return ""
@@ -246,291 +500,39 @@ def _host_protected(loaded: LoadedProfile, host: HostSnapshot) -> list[HostPacka
     return out
 
 
-# -- apply -------------------------------------------------------------------------------------
-
-
-def current_state(locations: Locations) -> tuple[Pointer | None, Manifest | None]:
-    pointer = read_pointer(locations.root)
-    if pointer is None:
-        return None, None
-    path = generation_dir(locations.root, pointer.generation) / MANIFEST_NAME
-    return pointer, read_manifest(path, root=locations.root)
-
-
-def _stored(locations: Locations, shas: list[str]) -> frozenset[str]:
-    from kvenv.env.store import lookup
-
-    return frozenset(s for s in shas if lookup(locations.store, s) is not None)
-
-
-def _cached(locations: Locations, shas: list[str]) -> frozenset[str]:
-    from kvenv.fetch.cache import ArtifactCache
-
-    cache = ArtifactCache(locations.cache)
-    return frozenset(s for s in shas if cache.entry(s).is_dir())
-
-
-def plan_apply(
-    loaded: LoadedProfile,
-    lock: LockInput | None,
-    host: HostSnapshot,
-    locations: Locations,
-    *,
-    strict: bool = False,
-    recorded: HostSnapshot | None = None,
-) -> Plan:
-    """The plan against the root's current state and what the cache and store hold."""
-    current = None
-    if is_owned(locations.root):
-        _, current = current_state(locations)
-    draft = make_plan(loaded, lock, host, current, strict=strict, recorded=recorded)
-    shas = [a.sha256 for a in draft.artifacts]
-    return with_presence(draft, _cached(locations, shas), _stored(locations, shas))
-
-
-def _file_digest(path: Path) -> str | None:
-    """``sha256:`` of a file's bytes (what :func:`kvenv.plan.make.lock_digest_of` records), or None
-    when it cannot be read."""
-    import hashlib
-
-    try:
-        return "sha256:" + hashlib.sha256(path.read_bytes()).hexdigest()
-    except OSError:
-        return None
-
-
-def _shims_current(locations: Locations, manifest: Manifest) -> bool:
-    from kvenv.env.activation import render
-
-    manifest_path = str(generation_dir(locations.root, manifest.generation) / MANIFEST_NAME)
-    for suffix, shell in SHIMS.items():
-        text = f"# kvenv activation for generation {manifest.generation}; generated, do not edit\n"
-        text += render(manifest.activation, shell, manifest_path=manifest_path)
-        try:
-            if (locations.root / f"activate.{suffix}").read_text(encoding="utf-8") != text:
-                return False
-        except (OSError, UnicodeDecodeError):
-            return False
-    return True
-
-
-def noop_fast(
-    loaded: LoadedProfile,
-    locations: Locations,
-    host: Callable[[], HostSnapshot],
-    recorded: Callable[[], HostSnapshot | None],
-) -> tuple[str, str] | None:
-    """``(generation, manifest path)`` when applying ``loaded`` is certainly a no-op, judged
-    without reading the lock or the store; None when unsure (then plan and apply in full).
-
-    A no-op needs: no apply in progress; a current manifest that validates, was written by
-    this kvenv and records this profile's digest, the sha256 of the lock file's bytes and the
-    profile's native wheel; its generation's dirs present; no other generation to clean up; the
-    activation scripts as an apply would write them; and a live host that still passes the
-    profile's target checks. The lock's own checks and the native wheel's tags are functions
-    of the profile and the lock bytes, which passed them when the manifest was written. A
-    profile without ``[target]`` (its target is the host) always takes the full path.
-    """
-    from kvenv.probe.checks import check_host
-
-    profile = loaded.profile
-    root = locations.root
-    owner = locations.lock.with_name(locations.lock.name + OWNER_SUFFIX)
-    if profile.target is None or not is_owned(root) or owner.exists():
-        return None
-    lock_path = loaded.lock_path
-    lock_digest = None
-    if lock_path.exists() or profile.overlay.lock is not None:
-        lock_digest = _file_digest(lock_path)
-        if lock_digest is None:
-            return None
-    try:
-        pointer, manifest = current_state(locations)
-    except InputError:
-        return None
-    if pointer is None or manifest is None or manifest.kvenv_version != __version__:
-        return None
-    native_sha = profile.native.sha256 if profile.native else None
-    if not manifest.matches(loaded.digest, lock_digest, native_sha) or not _dirs_present(manifest):
-        return None
-    keep = {pointer.generation} | ({pointer.previous} if pointer.previous else set())
-    if not set(list_generations(locations)) <= keep or not _shims_current(locations, manifest):
-        return None
-    findings = check_host(profile, host(), recorded=recorded())
-    if any(f.status == "error" for f in findings):
-        return None
-    return manifest.generation, str(generation_dir(root, manifest.generation) / MANIFEST_NAME)
-
-
-def _refuse_incompatible(plan: Plan) -> None:
-    if plan.compatible:
-        return
-    if all(f.check.startswith("lock ") for f in plan.errors):
-        raise ConflictError(
-            f"the lock does not match profile {plan.profile}",
-            problems=[Problem(f.message, fix=f.fix) for f in plan.errors],
-            hint=f"nothing was changed; run `kvenv lock {plan.profile}` (see `kvenv plan`)",
-        )
-    raise ConflictError(
-        f"profile {plan.profile} does not fit this host",
-        problems=[Problem(f.message, fix=f.fix) for f in plan.errors],
-        hint="nothing was changed; use a profile made for this host (see `kvenv plan`)",
-    )
-
-
-def apply(
-    loaded: LoadedProfile,
-    lock: LockInput | None,
-    host: HostSnapshot,
-    locations: Locations,
-    *,
-    strict: bool = False,
-    offline: bool = False,
-    bundle: Path | None = None,
-    dry_run: bool = False,
-    wait: bool = True,
-    jobs: int = 8,
-    python: str | None = None,
-    recorded: HostSnapshot | None = None,
-    progress: Progress | None = None,
-    on_wait: Callable[[str], None] = lambda _message: None,
-) -> ApplyResult:
-    """Apply ``loaded`` (with ``lock``) onto ``host`` under ``locations``."""
-    root = locations.root
-    # Plan (and refuse) before anything is written: a refused apply creates no root.
-    plan = plan_apply(loaded, lock, host, locations, strict=strict, recorded=recorded)
-    _refuse_incompatible(plan)
-    if dry_run:
-        return ApplyResult("dry-run", plan, str(root), plan.current_generation, None)
-    claim_root(root)
-    with RootLock(locations, wait=wait, on_wait=on_wait):
-        pointer = read_pointer(root)
-        keep = {pointer.generation} if pointer else set()
-        if pointer and pointer.previous:
-            keep.add(pointer.previous)
-        cleaned = remove_generations(locations, keep, incomplete_only=True)
-        # Plan again under the lock unless nothing can have changed: an up-to-date plan made
-        # over the generation that is still current (generations are immutable, their ids
-        # unique) stays right, so a no-op apply plans once.
-        unchanged = pointer is not None and pointer.generation == plan.current_generation
-        if not (plan.up_to_date and unchanged):
-            plan = plan_apply(loaded, lock, host, locations, strict=strict, recorded=recorded)
-            _refuse_incompatible(plan)
-        if plan.up_to_date and pointer is not None:
-            _, manifest = current_state(locations)
-            if manifest is not None and _dirs_present(manifest):
-                write_shims(locations, manifest)
-                removed = remove_generations(locations, keep, incomplete_only=False)
-                return ApplyResult(
-                    "up-to-date",
-                    plan,
-                    str(root),
-                    manifest.generation,
-                    str(generation_dir(root, manifest.generation) / MANIFEST_NAME),
-                    removed=cleaned + removed,
-                )
-        result = _build_and_switch(
-            loaded,
-            lock,
-            host,
-            locations,
-            plan,
-            pointer,
-            offline=offline,
-            bundle=bundle,
-            jobs=jobs,
-            python=python,
-            progress=progress,
-        )
-        return attrs.evolve(result, removed=cleaned + result.removed)
-
-
-def _dirs_present(manifest: Manifest) -> bool:
-    dirs = manifest.dirs
-    return all(os.path.isdir(d) for d in (dirs.native, dirs.overlay, dirs.bin))
-
-
-def _fetch_progress(progress: Progress | None) -> Progress | None:
-    kill_mid = os.environ.get(KILL_ENV) == "mid-fetch"
-    if progress is None and not kill_mid:
-        return None
-
-    def report(label: str, done: int, total: int | None) -> None:
-        if kill_mid and done > 0 and (total is None or done < total):
-            _test_kill("mid-fetch")
-        if progress is not None:
-            progress(label, done, total)
-
-    return report
-
-
-def _build_and_switch(
-    loaded: LoadedProfile,
-    lock: LockInput | None,
-    host: HostSnapshot,
-    locations: Locations,
-    plan: Plan,
-    pointer: Pointer | None,
-    *,
-    offline: bool,
-    bundle: Path | None,
-    jobs: int,
-    python: str | None,
-    progress: Progress | None,
-) -> ApplyResult:
+def build_manifest(run: _Run) -> Manifest:
+    """The manifest of the generation ``run`` built."""
     from kvenv.env.activation import build_activation
-    from kvenv.env.store import GenerationLayout, link_layer, unpack_all
-    from kvenv.fetch import fetch_all
-    from kvenv.plan.artifacts import artifacts_for
+    from kvenv.env.store import GenerationLayout
 
-    root = locations.root
-    protected = list(loaded.profile.host.protected)
-    artifacts = artifacts_for(effective_profile(loaded, host), lock.lockfile if lock else None)
-    files = fetch_all(
-        artifacts,
-        cache=locations.cache,
-        offline=offline,
-        bundle=bundle,
-        jobs=jobs,
-        progress=_fetch_progress(progress),
-    )
-    _test_kill("fetch")
-    missing = [a.label for a in artifacts if a.sha256 not in files]
-    if missing:
-        raise InputError(f"artifacts missing after fetch: {', '.join(missing)}")
-    _test_kill("verify")
-    wheels = {a.sha256: files[a.sha256] for a in artifacts}
-    waivers = [w.name for w in loaded.profile.overlay.record_waivers]
-    # A waived RECORD is accepted while unpacking; linking accepts it in the overlay only.
-    entries = unpack_all(
-        locations.store, wheels, protected=protected, record_waivers=waivers, jobs=jobs
-    )
-    generation = new_generation_id()
-    gen = generation_dir(root, generation)
-    interpreter = python or host.python.executable or sys.executable
-    gen.mkdir(parents=True)
+    assert run.generation is not None
+    loaded, host = run.loaded, run.plan.inputs.host
+    root = run.locations.root
+    gen = generation_dir(root, run.generation)
     native_layout = GenerationLayout.beside(gen / "native")
     overlay_layout = GenerationLayout.beside(gen / "overlay")
-    for layout in (native_layout, overlay_layout):
-        layout.site.mkdir()
-    native_layout.bin.mkdir()  # shared by both layers
-    natives = [entries[a.sha256] for a in artifacts if a.role == "native"]
-    overlays = [entries[a.sha256] for a in artifacts if a.role == "overlay"]
-    native_layer = link_layer(
-        natives, native_layout, python=interpreter, protected=protected, layer="native", jobs=jobs
-    )
-    _test_kill("install-native")
-    overlay_layer = link_layer(
-        overlays,
-        overlay_layout,
-        python=interpreter,
-        protected=protected,
-        record_waivers=waivers,
-        jobs=jobs,
-    )
-    native_dists, overlay_dists = native_layer.dists, overlay_layer.dists
-    conflicts = native_layer.conflicts + overlay_layer.conflicts
-    _test_kill("install-overlay")
+    layers = [(run.native, "native"), (run.overlay, "overlay")]
+    installed: list[InstalledDistribution] = []
+    conflicts = []
+    for layer, role in layers:
+        if layer is None:
+            continue
+        conflicts.extend(layer.conflicts)
+        shas = [a.sha256 for a in run.artifacts(role)]
+        installed.extend(
+            InstalledDistribution(
+                name=d.name,
+                version=d.version,
+                layer="native" if role == "native" else "overlay",
+                dist_info=d.dist_info,
+                record_digest=d.record_digest,
+                wheel_sha256=Sha256(sha),
+                top_level=list(d.top_level),
+                scripts=list(d.scripts),
+                record_waived=list(d.record_waived),
+            )
+            for d, sha in zip(layer.dists, shas, strict=True)
+        )
     activation, notes = build_activation(
         generation=gen,
         overlay=overlay_layout.site,
@@ -538,33 +540,17 @@ def _build_and_switch(
         bin_dir=native_layout.bin,
         host=host,
         env={str(k): v for k, v in loaded.profile.runtime.env.items()},
-        protected=protected,
+        protected=run.protected,
     )
-    shas = [a.sha256 for a in artifacts if a.role == "native"] + [
-        a.sha256 for a in artifacts if a.role == "overlay"
-    ]
-    installed = [
-        InstalledDistribution(
-            name=d.name,
-            version=d.version,
-            layer="native" if i < len(native_dists) else "overlay",
-            dist_info=d.dist_info,
-            record_digest=d.record_digest,
-            wheel_sha256=Sha256(sha),
-            top_level=list(d.top_level),
-            scripts=list(d.scripts),
-            record_waived=list(d.record_waived),
-        )
-        for i, (d, sha) in enumerate(zip(native_dists + overlay_dists, shas, strict=True))
-    ]
     native = loaded.profile.native
-    manifest = Manifest(
+    lock = run.plan.inputs.lock
+    return Manifest(
         schema=1,
         kvenv_version=__version__,
-        created_at=_now(),
+        created_at=now(),
         root=str(root),
         dirs=GenerationDirs(
-            generation=generation,
+            generation=run.generation,
             native=str(native_layout.site),
             overlay=str(overlay_layout.site),
             bin=str(native_layout.bin),
@@ -581,31 +567,11 @@ def _build_and_switch(
         else None,
         distributions=installed,
         activation=activation,
-        protected=list(loaded.profile.host.protected),
+        protected=run.protected,
         host_protected=_host_protected(loaded, host),
-        python=interpreter,
+        python=run.interpreter,
         notes=notes,
         conflicts=conflicts,
-    )
-    manifest_path = gen / MANIFEST_NAME
-    write_manifest(manifest_path, manifest)
-    _test_kill("write-manifest")
-    previous = pointer.generation if pointer else None
-    switch(locations, generation, previous)
-    _test_kill("switch")
-    write_shims(locations, manifest)
-    _test_kill("write-shims")
-    keep = {generation} | ({previous} if previous else set())
-    removed = remove_generations(locations, keep, incomplete_only=False)
-    return ApplyResult(
-        "applied",
-        plan,
-        str(root),
-        generation,
-        str(manifest_path),
-        removed,
-        notes,
-        apply_warnings(manifest),
     )
 
 
@@ -628,24 +594,12 @@ def apply_warnings(manifest: Manifest) -> list[str]:
     return out
 
 
-def switch(locations: Locations, generation: str, previous: str | None) -> None:
-    """The one atomic state change: replace ``current.json``."""
-    data = {"schema": 1, "generation": generation, "previous": previous}
-    write_json_atomic(locations.root / POINTER_NAME, data)
-
-
-def write_shims(locations: Locations, manifest: Manifest) -> None:
-    """``<root>/activate.{sh,fish,ps1}`` for the current generation (each replaced atomically;
-    unchanged files are left alone)."""
-    from kvenv.env.activation import render
-
-    manifest_path = str(generation_dir(locations.root, manifest.generation) / MANIFEST_NAME)
-    for suffix, shell in SHIMS.items():
-        text = f"# kvenv activation for generation {manifest.generation}; generated, do not edit\n"
-        text += render(manifest.activation, shell, manifest_path=manifest_path)
-        path = locations.root / f"activate.{suffix}"
-        if path.is_file() and path.read_text(encoding="utf-8") == text:
-            continue
-        temp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-        temp.write_text(text, encoding="utf-8")
-        os.replace(temp, path)
+__all__ = [
+    "KILL_ENV",
+    "ApplyOptions",
+    "ApplyResult",
+    "apply",
+    "apply_warnings",
+    "noop_fast",
+    "plan_apply",
+]

@@ -1,20 +1,21 @@
 """The manifest of an applied generation: what was installed where, for which profile and lock,
 and how to activate it. JSON, schema 1 (``schemas/manifest.schema.json``).
 
-It is written last into its generation directory (tmp + fsync + ``os.replace``); the pointer
-``<root>/current.json`` names the current generation. A manifest whose directories or
-``PYTHONPATH``/``PATH`` entries lie outside its runtime root is refused on reading.
+It is written last into its generation directory (atomically, see :mod:`kvenv._util.atomic`);
+the pointer ``<root>/current.json`` (:mod:`kvenv.env.root`) names the current generation.
+A manifest whose directories or ``PYTHONPATH``/``PATH`` entries lie outside its runtime root is
+refused on reading.
 """
 
 from __future__ import annotations
 
-import json
 import os
 from pathlib import Path
 from typing import Any, Literal
 
 import attrs
 
+from kvenv._util import atomic
 from kvenv._util.jsonio import read_json
 from kvenv.errors import InputError, Problem
 from kvenv.model import convert
@@ -22,7 +23,6 @@ from kvenv.model.fields import Sha256
 
 MANIFEST_SCHEMA = 1
 MANIFEST_NAME = "manifest.json"
-POINTER_NAME = "current.json"
 
 Layer = Literal["native", "overlay"]
 
@@ -157,10 +157,6 @@ def manifest_to_dict(manifest: Manifest) -> dict[str, Any]:
     return data
 
 
-def dumps_manifest(manifest: Manifest) -> str:
-    return json.dumps(manifest_to_dict(manifest), indent=2) + "\n"
-
-
 def path_inside(path: str, root: str) -> bool:
     """Is ``path`` ``root`` or below it, lexically (both normalized; no file system access)?"""
     norm, base = os.path.normpath(path), os.path.normpath(root)
@@ -237,70 +233,6 @@ def read_manifest(path: Path, *, root: Path | None = None) -> Manifest:
     return manifest_from_dict(data, file=str(path), root=root)
 
 
-def write_json_atomic(path: Path, data: Any) -> None:
-    """Write JSON to ``path`` atomically: temp file in the same directory, fsync, replace,
-    fsync the directory."""
-    text = json.dumps(data, indent=2) + "\n"
-    temp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-    try:
-        with open(fd, "w", encoding="utf-8") as stream:
-            stream.write(text)
-            stream.flush()
-            os.fsync(stream.fileno())
-        os.replace(temp, path)
-    except BaseException:
-        temp.unlink(missing_ok=True)
-        raise
-    fsync_dir(path.parent)
-
-
-def fsync_dir(directory: Path) -> None:
-    fd = os.open(directory, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
 def write_manifest(path: Path, manifest: Manifest) -> None:
-    write_json_atomic(path, manifest_to_dict(manifest))
-
-
-def read_pointer(root: Path) -> Pointer | None:
-    """The current-generation pointer of ``root``, or None when nothing was applied."""
-    path = root / POINTER_NAME
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        return None
-    except (OSError, ValueError) as exc:
-        raise InputError(
-            f"cannot read {path}: {exc}", hint="run `kvenv reset` then `kvenv apply`"
-        ) from None
-    pointer = convert.structure(data, Pointer, file=str(path), what="generation pointer")
-    if "/" in pointer.generation or pointer.generation.startswith("."):
-        raise InputError(
-            f"invalid generation pointer: {path}",
-            problems=[Problem("not a generation id", file=str(path), path="$.generation")],
-        )
-    return pointer
-
-
-def generation_dir(root: Path, generation: str) -> Path:
-    return root / "generations" / generation
-
-
-def current_manifest_path(root: Path) -> Path | None:
-    pointer = read_pointer(root)
-    if pointer is None:
-        return None
-    return generation_dir(root, pointer.generation) / MANIFEST_NAME
-
-
-def current_manifest(root: Path) -> Manifest | None:
-    """The manifest of the current generation of ``root``, or None when nothing was applied."""
-    path = current_manifest_path(root)
-    if path is None:
-        return None
-    return read_manifest(path, root=root)
+    """Write ``manifest`` to ``path`` atomically and durably."""
+    atomic.write_json(path, manifest_to_dict(manifest))

@@ -19,7 +19,7 @@ from typing import Literal
 
 import attrs
 
-from kvenv.env.manifest import POINTER_NAME
+from kvenv.env.root import POINTER_NAME
 from kvenv.errors import ConflictError, InputError
 from kvenv.model.locations import LOCK_NAME, ROOT_MARKER, Locations
 

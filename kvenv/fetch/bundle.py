@@ -26,7 +26,7 @@ import os
 import re
 import shutil
 import tempfile
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime, timezone
 from pathlib import Path, PurePosixPath
@@ -37,8 +37,10 @@ import attrs
 from kvenv import __version__
 from kvenv._util import tomlio
 from kvenv._util.hashing import HashingWriter, copy_hashing, sha256_file, sha_mismatch
-from kvenv.errors import InputError, IntegrityError, LockError, Problem
-from kvenv.lock import read_lock
+from kvenv.errors import InputError, IntegrityError, Problem
+from kvenv.fetch.cache import default_cache_root
+from kvenv.fetch.core import LocalFiles, Progress, fetch_all
+from kvenv.lock.input import profile_lock
 from kvenv.lock.pylock import dumps_lock
 from kvenv.model import convert
 from kvenv.model.fields import Pep440Version, ProfileName, RelPath, Sha256, WheelFilename
@@ -111,11 +113,9 @@ class BundleInfo:
     def artifacts(self) -> list[BundledArtifact]:
         return self.index.artifacts
 
-    def path_of(self, sha256: str) -> Path | None:
-        for item in self.index.artifacts:
-            if item.sha256 == sha256:
-                return self.root / item.file
-        return None
+    def local_files(self) -> LocalFiles:
+        """The bundled artifacts by sha256, for :func:`kvenv.fetch.core.fetch_all`."""
+        return LocalFiles(self.root, {a.sha256: self.root / a.file for a in self.artifacts})
 
     def to_json(self) -> dict[str, object]:
         data: dict[str, object] = convert.unstructure(self.index)
@@ -135,27 +135,15 @@ def make_bundle(
     cache: Path | None = None,
     offline: bool = False,
     jobs: int = 8,
-    progress: Callable[[str, int, int | None], None] | None = None,
+    progress: Progress | None = None,
     index_urls: Sequence[str] = (),
     find_links: Sequence[str] = (),
 ) -> BundleInfo:
     """Gather the profile's artifacts (fetched and verified) into ``out_dir``."""
-    from kvenv.fetch import default_cache_root, fetch_all
-
     out = Path(out_dir).expanduser().absolute()
     _refuse_foreign(out)
-    profile = loaded.profile
-    lock_path = loaded.lock_path
-    lock = None
-    if lock_path.is_file():
-        lock = read_lock(lock_path)
-    elif profile.overlay.lock is not None:
-        raise LockError(
-            f"the profile's lock does not exist: {lock_path}",
-            problems=[Problem("file not found", file=str(loaded.path), path="$.overlay.lock")],
-            hint=f"create it with `kvenv lock {profile.name}`",
-        )
-    artifacts = artifacts_for(loaded, lock)
+    lock = profile_lock(loaded)
+    artifacts = artifacts_for(loaded, lock.lockfile if lock else None)
     files = fetch_all(
         artifacts,
         cache=cache or default_cache_root(),
@@ -168,7 +156,8 @@ def make_bundle(
     out.parent.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(dir=out.parent, prefix=f".{out.name}.kvenv-new-"))
     try:
-        index = _write_contents(staging, loaded, artifacts, files, lock_path if lock else None)
+        lock_file = Path(lock.path) if lock else None
+        index = _write_contents(staging, loaded, artifacts, files, lock_file)
         sums = _write_sums(staging)
         _swap_in(staging, out)
     except BaseException:

@@ -6,12 +6,23 @@ import os
 import shutil
 import threading
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from concurrent.futures import FIRST_EXCEPTION, Future, ThreadPoolExecutor, wait
 from pathlib import Path
 
+import attrs
+
 from kvenv._util.hashing import copy_hashing, sha256_file, sha_mismatch, size_mismatch
-from kvenv.errors import FetchError, IntegrityError, KvenvError, Problem, UsageError
+from kvenv._util.redact import redact_url
+from kvenv.errors import (
+    Cancelled,
+    FetchError,
+    IntegrityError,
+    KvenvError,
+    Problem,
+    TransientFetchError,
+    UsageError,
+)
 from kvenv.fetch import http
 from kvenv.fetch.cache import ArtifactCache
 from kvenv.fetch.hub import describe, download_hf, hub_offline
@@ -30,12 +41,21 @@ OFFLINE_HINT = (
 )
 
 
+@attrs.frozen
+class LocalFiles:
+    """Files already on this machine, by sha256, whose bytes their owner verified (an opened
+    bundle: :meth:`kvenv.fetch.bundle.BundleInfo.local_files`); ``where`` names them."""
+
+    where: Path
+    files: Mapping[str, Path]
+
+
 def fetch_all(
     artifacts: Iterable[Artifact],
     *,
     cache: Path,
     offline: bool = False,
-    bundle: Path | None = None,
+    bundle: LocalFiles | None = None,
     jobs: int = 8,
     progress: Progress | None = None,
     index_urls: Sequence[str] = (),
@@ -60,7 +80,7 @@ def fetch_all(
     wanted = _dedupe(artifacts)
     store = ArtifactCache(cache)
     store.prepare()
-    bundled = _bundle_files(bundle) if bundle is not None else {}
+    bundled = bundle.files if bundle is not None else {}
     results: dict[str, Path] = {}
     pending: list[Artifact] = []
     for artifact in wanted:
@@ -131,24 +151,17 @@ def _safe_filename(filename: str | None, artifact: Artifact) -> None:
         )
 
 
-def _bundle_files(bundle: Path) -> dict[str, Path]:
-    from kvenv.fetch.bundle import open_bundle
-
-    info = open_bundle(bundle)
-    return {item.sha256: info.root / item.file for item in info.artifacts}
-
-
 def source_text(artifact: Artifact) -> str:
     source = artifact.source
     if isinstance(source, HfSource):
         return f"Hugging Face {describe(source)}"
     if isinstance(source, UrlSource):
-        return http.redact(source.url)
+        return redact_url(source.url)
     if isinstance(source, IndexSource):
-        return f"index {http.redact(source.index_url)}" if source.index_url else "the index"
+        return f"index {redact_url(source.index_url)}" if source.index_url else "the index"
     if isinstance(source, Path):
         return str(source)
-    return http.redact(source)
+    return redact_url(source)
 
 
 def _is_hub(artifact: Artifact) -> bool:
@@ -166,7 +179,7 @@ def _where(artifact: Artifact) -> str:
     return source_text(artifact)
 
 
-def _refuse_network(pending: list[Artifact], *, offline: bool, bundle: Path | None) -> None:
+def _refuse_network(pending: list[Artifact], *, offline: bool, bundle: LocalFiles | None) -> None:
     remote = [a for a in pending if _needs_network(a)]
     if not remote:
         return
@@ -182,7 +195,7 @@ def _refuse_network(pending: list[Artifact], *, offline: bool, bundle: Path | No
         problems = [*problems[:MAX_LISTED], Problem(f"… and {hidden} more")]
     if bundle is not None:
         raise FetchError(
-            f"{len(remote)} artifact(s) are neither in the bundle {bundle} nor in the cache",
+            f"{len(remote)} artifact(s) are neither in the bundle {bundle.where} nor in the cache",
             problems=problems,
             hint="rebuild the bundle with `kvenv bundle` for this profile and lock",
         )
@@ -236,7 +249,7 @@ def _fetch_parallel(
         if error is None:
             results[artifact.sha256] = future.result()
         elif isinstance(error, KvenvError):
-            if not isinstance(error, http.Cancelled):
+            if not isinstance(error, Cancelled):
                 errors.append(error)
         else:
             raise error
@@ -269,7 +282,7 @@ class _Fetcher:
 
     def fetch(self, artifact: Artifact) -> Path:
         if self.cancel.is_set():
-            raise http.Cancelled(f"{artifact.label}: not started")
+            raise Cancelled(f"{artifact.label}: not started")
         source = artifact.source
         filename = artifact.filename
         if isinstance(source, HfSource):
@@ -342,11 +355,11 @@ class _Fetcher:
 
     def _from_url(self, artifact: Artifact, url: str, filename: str) -> Path:
         _safe_filename(filename, artifact)
-        label = f"{artifact.label} (from {http.redact(url)})"
+        label = f"{artifact.label} (from {redact_url(url)})"
         last: FetchError | None = None
         for attempt in range(ATTEMPTS):
             if self.cancel.is_set():
-                raise http.Cancelled(f"{artifact.label}: cancelled")
+                raise Cancelled(f"{artifact.label}: cancelled")
             try:
                 with self.store.writer(label, artifact.size) as (sink, part):
                     http.download(
@@ -359,7 +372,7 @@ class _Fetcher:
                     )
                     sink.check(artifact.sha256, artifact.size)
                 return self._commit(part, artifact, filename)
-            except http.TransientFetchError as exc:
+            except TransientFetchError as exc:
                 last = exc
                 if attempt + 1 < ATTEMPTS:
                     time.sleep(BACKOFF_SECONDS * (attempt + 1))

@@ -10,21 +10,33 @@ host snapshot (see :func:`effective_profile`); that is how the demo profile runs
 
 from __future__ import annotations
 
-import hashlib
 from collections.abc import Sequence
-from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, Protocol
 
 import attrs
 from packaging.utils import canonicalize_name
 
-from kvenv.env.manifest import Manifest
+from kvenv.lock.input import LockInput
 from kvenv.model import convert
 from kvenv.model.fields import DottedVersion, NonEmpty, PythonVersion
 from kvenv.model.loading import LoadedProfile
+from kvenv.model.locations import Locations
 from kvenv.model.profile import Target
 from kvenv.model.snapshot import HostSnapshot
+from kvenv.plan.artifacts import Artifact
 from kvenv.probe.checks import Finding, check_host
+
+
+class Applied(Protocol):
+    """What a plan needs of the applied state (``kvenv.env.manifest.Manifest`` is one)."""
+
+    @property
+    def generation(self) -> str: ...
+
+    def matches(
+        self, profile_digest: str, lock_digest: str | None, native_sha: str | None
+    ) -> bool: ...
+
 
 PLAN_SCHEMA = 1
 StepName = Literal[
@@ -39,15 +51,6 @@ StepName = Literal[
 
 
 @attrs.frozen
-class LockInput:
-    """A read lock: the validated PEP 751 document, its file and the digest of its bytes."""
-
-    lockfile: Any  # kvenv.lock.LockFile
-    path: str
-    digest: str
-
-
-@attrs.frozen
 class PlanFinding:
     check: str
     status: Literal["pass", "warning", "error", "untested"]
@@ -55,8 +58,17 @@ class PlanFinding:
     fix: str | None = None
 
 
+# Fields with this metadata are part of the executable plan but not of its JSON form (they
+# hold live objects: the profile, the host, each artifact's source).
+INTERNAL = {"internal": True}
+
+
 @attrs.frozen
 class PlanArtifact:
+    """One file to install: its identity (in the JSON form) and, internally, the
+    :class:`~kvenv.plan.artifacts.Artifact` with its source, which apply fetches."""
+
+    artifact: Artifact = attrs.field(eq=False, repr=False, metadata=INTERNAL)
     name: str
     version: str
     role: Literal["native", "overlay"]
@@ -83,8 +95,47 @@ class Step:
     detail: str
 
 
+STEP_ORDER: tuple[StepName, ...] = (
+    "fetch",
+    "verify",
+    "install-native",
+    "install-overlay",
+    "write-manifest",
+    "switch",
+    "write-shims",
+)
+# What each step needs to have run before it (apply refuses a plan that breaks this).
+STEP_REQUIRES: dict[StepName, tuple[StepName, ...]] = {
+    "fetch": (),
+    "verify": ("fetch",),
+    "install-native": ("verify",),
+    "install-overlay": ("verify",),
+    "write-manifest": ("install-native", "install-overlay"),
+    "switch": ("write-manifest",),
+    "write-shims": ("switch",),
+}
+
+
+@attrs.frozen
+class PlanInputs:
+    """What a plan was computed from, so that apply can execute it (and plan again when the
+    root changed under it): the profile, its lock, the host, the recorded snapshot, and the
+    root's locations (None for a plan made without a root, which cannot be applied)."""
+
+    loaded: LoadedProfile
+    lock: LockInput | None
+    host: HostSnapshot
+    recorded: HostSnapshot | None = None
+    strict: bool = False
+    locations: Locations | None = None
+
+
 @attrs.frozen
 class Plan:
+    """What applying a profile does: host findings, the ordered steps with what is already
+    done, the artifacts with their sources, what the overlay shadows on the host."""
+
+    inputs: PlanInputs = attrs.field(eq=False, repr=False, metadata=INTERNAL)
     schema: Literal[1]
     profile: str
     profile_digest: str
@@ -105,29 +156,21 @@ class Plan:
 
 
 def plan_to_dict(plan: Plan) -> dict[str, Any]:
-    data: dict[str, Any] = convert.unstructure(plan)
-    data["lock_digest"] = plan.lock_digest
-    data["current_generation"] = plan.current_generation
+    """The plan's stable JSON form (``kvenv schema plan``): every field but the internal ones."""
+    data: dict[str, Any] = _public(plan)
     return data
 
 
-def lock_digest_of(data: bytes) -> str:
-    return "sha256:" + hashlib.sha256(data).hexdigest()
-
-
-def read_lock_input(path: Path) -> LockInput:
-    """Read and validate a lock file with the lock engine's :func:`kvenv.lock.read_lock`."""
-    from kvenv.errors import LockError
-    from kvenv.lock import read_lock
-
-    try:
-        data = path.read_bytes()
-    except FileNotFoundError:
-        raise LockError(
-            f"lock file not found: {path}",
-            hint="create it with `kvenv lock`, or remove [overlay] lock from the profile",
-        ) from None
-    return LockInput(read_lock(path), str(path), lock_digest_of(data))
+def _public(value: Any) -> Any:
+    if attrs.has(type(value)):
+        return {
+            field.name: _public(getattr(value, field.name))
+            for field in attrs.fields(type(value))
+            if not field.metadata.get("internal")
+        }
+    if isinstance(value, list):
+        return [_public(item) for item in value]
+    return convert.unstructure(value)
 
 
 def target_from_host(host: HostSnapshot) -> Target:
@@ -252,7 +295,7 @@ def make_plan(
     loaded: LoadedProfile,
     lock: LockInput | None,
     host: HostSnapshot,
-    current: Manifest | None,
+    current: Applied | None,
     *,
     strict: bool = False,
     cached: frozenset[str] = frozenset(),
@@ -280,6 +323,7 @@ def make_plan(
     )
     planned = [
         PlanArtifact(
+            artifact=a,
             name=a.name,
             version=a.version,
             role=a.role,
@@ -301,6 +345,7 @@ def make_plan(
     assert effective.profile.target is not None
     target = TargetEnv.from_profile_target(effective.profile.target).describe()
     return Plan(
+        inputs=PlanInputs(loaded, lock, host, recorded, strict),
         schema=1,
         profile=profile.name,
         profile_digest=loaded.digest,

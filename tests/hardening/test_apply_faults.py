@@ -14,7 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from kvenv.env.apply import KILL_ENV, current_state, list_generations
+from kvenv.env.apply import KILL_ENV
+from kvenv.env.root import current_state, list_generations
 from kvenv.env.verify import verify_files
 from kvenv.model.locations import Locations
 from tests.support.applyenv import (

@@ -26,7 +26,7 @@ from pathlib import Path
 import attrs
 import pytest
 
-from kvenv.env.apply import current_state, list_generations
+from kvenv.env.root import current_state, list_generations
 from kvenv.env.verify import verify_files
 from kvenv.model.locations import Locations
 from tests.support.applyenv import REPO, REVISION, helper_wheel, native_wheel, write_project

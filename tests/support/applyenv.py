@@ -8,14 +8,18 @@ import platform
 import sys
 from collections.abc import Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import attrs
 
+from kvenv.lock.input import LockInput, read_lock_input
 from kvenv.model.loading import LoadedProfile, load_profile
 from kvenv.model.locations import Locations
 from kvenv.model.snapshot import HostSnapshot, snapshot_from_dict
-from kvenv.plan.make import LockInput, read_lock_input
 from tests.support.wheels import build_wheel
+
+if TYPE_CHECKING:
+    from kvenv.env.apply import ApplyResult
 
 REVISION = "0123456789abcdef0123456789abcdef01234567"
 REPO = "owner/native-wheels"
@@ -172,3 +176,25 @@ def host_snapshot(site: Path, torch_version: str = "2.10.0") -> HostSnapshot:
 
 def locations(directory: Path) -> Locations:
     return Locations(root=directory / "root", cache=directory / "cache")
+
+
+def apply(
+    loaded: LoadedProfile,
+    lock: LockInput | None,
+    host: HostSnapshot,
+    where: Locations,
+    *,
+    strict: bool = False,
+    recorded: HostSnapshot | None = None,
+    bundle: Path | None = None,
+    **options: Any,
+) -> ApplyResult:
+    """Plan against ``where`` and execute the plan, as ``kvenv apply`` does (``bundle`` is
+    opened, and verified, first)."""
+    from kvenv.env.apply import ApplyOptions, plan_apply
+    from kvenv.env.apply import apply as execute
+    from kvenv.fetch.bundle import open_bundle
+
+    plan = plan_apply(loaded, lock, host, where, strict=strict, recorded=recorded)
+    opened = open_bundle(bundle) if bundle is not None else None
+    return execute(plan, ApplyOptions(bundle=opened, **options))

@@ -14,7 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from kvenv.env.apply import ApplyResult, apply, current_state, list_generations
+from kvenv.env.apply import ApplyResult
+from kvenv.env.root import current_state, list_generations
 from kvenv.env.verify import verify
 from kvenv.errors import ConflictError, FetchError, IntegrityError
 from kvenv.model.locations import Locations
@@ -23,6 +24,7 @@ from tests.support.applyenv import (
     REPO,
     REVISION,
     Project,
+    apply,
     fake_host_site,
     helper_wheel,
     host_snapshot,

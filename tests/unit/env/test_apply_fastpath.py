@@ -11,12 +11,14 @@ from pathlib import Path
 import attrs
 import pytest
 
-from kvenv.env.apply import apply, current_state, noop_fast
+from kvenv.env.apply import noop_fast
+from kvenv.env.root import current_state
 from kvenv.errors import ConflictError
 from kvenv.model.locations import Locations
 from kvenv.model.snapshot import HostSnapshot
 from tests.support.applyenv import (
     Project,
+    apply,
     fake_host_site,
     helper_wheel,
     host_snapshot,

@@ -8,7 +8,12 @@ from typing import Any
 
 import pytest
 
-from kvenv.env.manifest import dumps_manifest, manifest_from_dict, read_manifest, write_manifest
+from kvenv.env.manifest import (
+    manifest_from_dict,
+    manifest_to_dict,
+    read_manifest,
+    write_manifest,
+)
 from kvenv.errors import InputError
 from kvenv.model import schema
 from tests.support.jsonschema_subset import validate
@@ -55,7 +60,7 @@ def test_round_trip_and_schema(tmp_path: Path) -> None:
     write_manifest(path, manifest)
     assert read_manifest(path) == manifest
     assert [p.name for p in tmp_path.iterdir()] == ["manifest.json"]  # no temp file left
-    document = json.loads(dumps_manifest(manifest))
+    document = json.loads(json.dumps(manifest_to_dict(manifest)))
     assert validate(document, schema.generate("manifest")) == []
 
 

@@ -8,11 +8,10 @@ from pathlib import Path
 import pytest
 
 from kvenv.cli import main
-from kvenv.env.apply import apply
 from kvenv.env.reset import execute_reset, path_problem, plan_reset
 from kvenv.errors import ConflictError, InputError
 from kvenv.model.locations import Locations
-from tests.support.applyenv import fake_host_site, host_snapshot, locations, standard_project
+from tests.support.applyenv import apply, fake_host_site, host_snapshot, locations, standard_project
 
 
 def _applied(tmp_path: Path) -> Locations:

@@ -214,7 +214,9 @@ def test_bundle_then_offline_fetch_from_it(hub_server: HubServer, tmp_path: Path
     # Offline, from the bundle alone: no request reaches the server, files are used in place.
     before = len(hub_server.requests)
     artifacts = artifacts_for(bundled, bundled.lock_path)
-    got = fetch_all(artifacts, cache=tmp_path / "fresh-cache", bundle=out)
+    got = fetch_all(
+        artifacts, cache=tmp_path / "fresh-cache", bundle=open_bundle(out).local_files()
+    )
     assert len(hub_server.requests) == before
     assert set(got) == {a.sha256 for a in artifacts}
     for artifact in artifacts:
@@ -235,7 +237,7 @@ def test_a_corrupt_bundle_is_refused(hub_server: HubServer, tmp_path: Path) -> N
     assert any("alpha" in p.message for p in info.value.problems)
     artifacts = artifacts_for(loaded, loaded.lock_path)
     with pytest.raises(IntegrityError):
-        fetch_all(artifacts, cache=tmp_path / "fresh", bundle=out)
+        fetch_all(artifacts, cache=tmp_path / "fresh", bundle=open_bundle(out).local_files())
     assert main(["bundle", "--verify", str(out)]) == 1
     (out / "SHA256SUMS").write_text("not a sum line\n")
     with pytest.raises(InputError, match="malformed SHA256SUMS"):
@@ -252,7 +254,9 @@ def test_a_bundle_missing_an_artifact_says_so(hub_server: HubServer, tmp_path: P
         "omega", "1.0", extra.name, sha256_of(extra), None, "overlay", "https://x.invalid/o.whl"
     )
     with pytest.raises(FetchError, match="neither in the bundle") as info:
-        fetch_all([*artifacts, omega], cache=tmp_path / "fresh", bundle=out)
+        fetch_all(
+            [*artifacts, omega], cache=tmp_path / "fresh", bundle=open_bundle(out).local_files()
+        )
     assert [p.message.split(" ")[0] for p in info.value.problems] == [extra.name]
 
 

@@ -204,7 +204,9 @@ def test_a_bundle_installs_with_no_network(
 
     monkeypatch.setattr(socket.socket, "connect", no_network)
     artifacts = artifacts_for(project, project.lock_path)
-    got = fetch_all(artifacts, cache=tmp_path / "fresh", offline=True, bundle=out)
+    got = fetch_all(
+        artifacts, cache=tmp_path / "fresh", offline=True, bundle=open_bundle(out).local_files()
+    )
     assert set(got) == {a.sha256 for a in artifacts}
     assert all(path.is_relative_to(info.root) for path in got.values())
     # The bundled profile and lock on their own: the paths point into the bundle.

@@ -10,12 +10,13 @@ from pathlib import Path
 import pytest
 
 from kvenv.cli import main
-from kvenv.env.apply import apply, current_state
+from kvenv.env.root import current_state
 from kvenv.model import schema
 from kvenv.model.snapshot import dumps_snapshot
 from kvenv.plan.make import make_plan, plan_to_dict, target_from_host
 from tests.support.applyenv import (
     Project,
+    apply,
     fake_host_site,
     helper_wheel,
     host_snapshot,

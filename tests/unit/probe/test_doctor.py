@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 from packaging.markers import Marker
 
+from kvenv._util import atomic
 from kvenv.cli import main
 from kvenv.env.manifest import (
     Activation,
@@ -18,7 +19,6 @@ from kvenv.env.manifest import (
     Manifest,
     NativeIdentity,
     ProfileRef,
-    write_json_atomic,
     write_manifest,
 )
 from kvenv.env.wheelinstall import install_wheel
@@ -170,7 +170,7 @@ def _generation(root: Path, tmp: Path, *, requires: list[str]) -> Manifest:
         activation=Activation(),
     )
     write_manifest(gen / "manifest.json", manifest)
-    write_json_atomic(root / "current.json", {"schema": 1, "generation": "g1"})
+    atomic.write_json(root / "current.json", {"schema": 1, "generation": "g1"})
     return manifest
 
 
