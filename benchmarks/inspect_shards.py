@@ -24,15 +24,19 @@ import tempfile
 import time
 from pathlib import Path
 
-from kvenv.runtime.safetensors_header import write_sparse
-from kvenv.runtime.shards import (
-    TP_ONLY_PATTERN,
-    build_manifest,
-    inspect_shards,
-    write_manifest,
-)
-
 HERE = Path(__file__).resolve().parent
+REPO = HERE.parent
+# This directory must not be on the path: a benchmark named like a stdlib module would shadow it.
+sys.path[:] = [str(REPO), *(p for p in sys.path if Path(p or ".").resolve() != HERE)]
+
+from kvenv.runtime.shards import (  # noqa: E402
+    TP_ONLY_PATTERN,
+    build_shard_manifest,
+    inspect_shards,
+    write_shard_manifest,
+)
+from tests.support.safetensors_files import write_sparse  # noqa: E402
+
 AIM_MS = 50.0
 FILE_BYTES = 1_500_000_000
 TP, PARTS = 2, 2
@@ -62,7 +66,7 @@ def build(root: Path, tensors: int) -> int:
             total += write_sparse(root / name, _tensors(tensors, FILE_BYTES, part))
     for name in ("config.json", "tokenizer_config.json", "generation_config.json"):
         (root / name).write_text("{}")
-    manifest = build_manifest(
+    manifest = build_shard_manifest(
         root,
         tensor_parallel_size=TP,
         pipeline_parallel_size=1,
@@ -72,7 +76,7 @@ def build(root: Path, tensors: int) -> int:
         quantization=None,
         source_model=None,
     )
-    write_manifest(root, manifest)
+    write_shard_manifest(root, manifest)
     return total
 
 

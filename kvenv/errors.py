@@ -66,6 +66,11 @@ class ProfileError(InputError):
     """A profile cannot be read, parsed, validated or found."""
 
 
+class ProfileNotReadable(ProfileError):
+    """A profile file (or a parent in its ``extends`` chain) is missing or is not TOML at all,
+    as opposed to a readable profile whose content is invalid."""
+
+
 class LockError(InputError):
     """A pylock file is malformed or cannot be used."""
 
@@ -76,6 +81,14 @@ class IntegrityError(KvenvError):
 
 class FetchError(KvenvError):
     """An artifact could not be downloaded or found."""
+
+
+class TransientFetchError(FetchError):
+    """A failure worth one more try (connection reset, timeout, 5xx, short read)."""
+
+
+class Cancelled(FetchError):
+    """Stopped on purpose (another download of the same run failed, or an interrupt)."""
 
 
 class InstallError(KvenvError):

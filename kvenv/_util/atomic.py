@@ -53,16 +53,47 @@ def write_bytes(
         fsync_dir(path.parent)
 
 
-def write_text(path: Path, text: str, **options: Any) -> None:
+def write_text(
+    path: Path,
+    text: str,
+    *,
+    mode: int = 0o644,
+    durable: bool = True,
+    exclusive: bool = False,
+    make_parents: bool = False,
+) -> None:
     """:func:`write_bytes` of ``text`` encoded as UTF-8 (newlines written as given)."""
-    write_bytes(path, text.encode("utf-8"), **options)
+    write_bytes(
+        path,
+        text.encode("utf-8"),
+        mode=mode,
+        durable=durable,
+        exclusive=exclusive,
+        make_parents=make_parents,
+    )
 
 
-def write_json(path: Path, data: Any, **options: Any) -> None:
+def write_json(
+    path: Path,
+    data: Any,
+    *,
+    mode: int = 0o644,
+    durable: bool = True,
+    exclusive: bool = False,
+    make_parents: bool = False,
+) -> None:
     """:func:`write_bytes` of ``data`` as indented JSON with a final newline; NaN and infinity
-    are refused (``ValueError``): kvenv never writes non-standard JSON."""
+    are refused (``ValueError``, before anything is written): kvenv never writes non-standard
+    JSON."""
     text = json.dumps(data, indent=2, allow_nan=False) + "\n"
-    write_bytes(path, text.encode("utf-8"), **options)
+    write_bytes(
+        path,
+        text.encode("utf-8"),
+        mode=mode,
+        durable=durable,
+        exclusive=exclusive,
+        make_parents=make_parents,
+    )
 
 
 def fsync_dir(directory: Path) -> None:

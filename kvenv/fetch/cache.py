@@ -11,11 +11,11 @@ size checked, then ``os.replace``d into its entry, so a reader never sees a part
 kill leaves at most a stray ``.part`` (swept after a day).
 
 Re-verification of a cached file is cheap by default: its size, mtime and inode must equal the
-``.verified`` marker written right after the full hash check (the file is made read-only). A
-file that was touched in place no longer matches and is re-hashed; ``rehash=True`` re-hashes
-every time. Re-hashing costs about a second per 2 GB; the marker check costs one ``stat``,
-which keeps a warm apply of a 1 GB overlay instant. A cached file that fails re-hashing is
-removed and fetched again.
+``.verified`` marker written right after the full hash check (the file is made read-only; the
+marker is written through :mod:`kvenv._util.atomic`). A file that was touched in place no
+longer matches and is re-hashed; ``rehash=True`` re-hashes every time. Re-hashing costs about
+a second per 2 GB; the marker check costs one ``stat``, which keeps a warm apply of a 1 GB
+overlay instant. A cached file that fails re-hashing is removed and fetched again.
 """
 
 from __future__ import annotations
@@ -29,10 +29,11 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
+from kvenv._util import atomic
 from kvenv._util.hashing import HashingWriter, sha256_file
 
-LAYOUT = "artifacts-v1"
-MARKER = ".verified"
+_LAYOUT = "artifacts-v1"
+_MARKER = ".verified"
 STALE_PART_SECONDS = 24 * 3600
 
 
@@ -41,7 +42,7 @@ class ArtifactCache:
 
     def __init__(self, root: Path) -> None:
         self.root = Path(root).expanduser().absolute()
-        self.base = self.root / LAYOUT
+        self.base = self.root / _LAYOUT
         self.tmp = self.base / "tmp"
 
     def prepare(self) -> None:
@@ -103,7 +104,7 @@ class ArtifactCache:
             if exact.is_file():
                 return exact
         for child in sorted(entry.iterdir()):
-            if child.name != MARKER and child.is_file() and not child.name.startswith("."):
+            if child.name != _MARKER and child.is_file() and not child.name.startswith("."):
                 return child
         return None
 
@@ -112,21 +113,26 @@ class ArtifactCache:
         if filename is None or found.name == filename:
             return found
         target = found.with_name(filename)
-        with contextlib.suppress(FileExistsError):
+        try:
+            os.link(found, target)
+        except FileExistsError:
+            pass
+        except OSError:  # no hard links on this filesystem: a streamed copy, renamed into place
+            fd, name = tempfile.mkstemp(dir=self.tmp, suffix=".part")
+            os.close(fd)
+            part = Path(name)
             try:
-                os.link(found, target)
-            except OSError:
-                fd, name = tempfile.mkstemp(dir=self.tmp, suffix=".part")
-                os.close(fd)
-                part = Path(name)
                 shutil.copyfile(found, part)
                 os.chmod(part, 0o444)
                 os.replace(part, target)
+            except BaseException:
+                part.unlink(missing_ok=True)
+                raise
         return target
 
     def _marker_matches(self, path: Path, size: int | None) -> bool:
         try:
-            recorded = json.loads((path.parent / MARKER).read_text())
+            recorded = json.loads((path.parent / _MARKER).read_text())
             stat = path.stat()
         except (OSError, ValueError):
             return False
@@ -138,7 +144,7 @@ class ArtifactCache:
         return recorded.get(path.name) == current
 
     def _write_marker(self, path: Path) -> None:
-        marker = path.parent / MARKER
+        marker = path.parent / _MARKER
         try:
             recorded = json.loads(marker.read_text())
         except (OSError, ValueError):
@@ -151,10 +157,8 @@ class ArtifactCache:
             "mtime_ns": stat.st_mtime_ns,
             "ino": stat.st_ino,
         }
-        fd, name = tempfile.mkstemp(dir=path.parent, prefix=".marker-")
-        with os.fdopen(fd, "w") as handle:
-            json.dump(recorded, handle)
-        os.replace(name, marker)
+        # Not fsynced: a marker lost in a crash only costs one re-hash of the file.
+        atomic.write_text(marker, json.dumps(recorded), durable=False)
 
     def _evict(self, entry: Path) -> None:
         for child in entry.iterdir():

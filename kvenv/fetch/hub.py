@@ -33,8 +33,9 @@ from types import TracebackType
 from typing import Any
 from urllib.parse import quote
 
-from kvenv.errors import FetchError
-from kvenv.fetch.http import Cancelled, check_url
+from kvenv._util.redact import mask, redact_url
+from kvenv._util.urls import check_url
+from kvenv.errors import Cancelled, FetchError
 from kvenv.model.profile import HfSource
 
 DEFAULT_ENDPOINT = "https://huggingface.co"
@@ -81,7 +82,7 @@ def describe(source: HfSource) -> str:
     return f"{kind}{source.repo}@{source.revision[:12]}/{source.filename}"
 
 
-def secrets() -> list[str]:
+def _tokens() -> list[str]:
     """Token values that must never be shown (from the environment and the stored login)."""
     found = [os.environ.get(name, "").strip() for name in TOKEN_VARIABLES]
     try:
@@ -91,12 +92,6 @@ def secrets() -> list[str]:
     except (ImportError, OSError, UnicodeDecodeError, AttributeError):
         pass
     return [token for token in found if len(token) >= 4]
-
-
-def scrub(text: str) -> str:
-    for token in secrets():
-        text = text.replace(token, "***")
-    return text
 
 
 def download_hf(
@@ -136,7 +131,7 @@ def download_hf(
         raise FetchError(
             f"Hugging Face Hub download failed for {what}: {_explain(exc)}",
             hint="check the repository, revision and file on the Hub: "
-            + resolve_url(source, endpoint),
+            + redact_url(resolve_url(source, endpoint)),
         ) from None
     return Path(str(path))
 
@@ -186,7 +181,7 @@ def _explain(exc: BaseException) -> str:
             return _EXPLAIN[cls.__name__]
     lines = [line for line in str(exc).splitlines() if line.strip()]
     detail = lines[0] if lines else type(exc).__name__
-    return scrub(f"{type(exc).__name__}: {detail}")[:500]
+    return mask(f"{type(exc).__name__}: {detail}", _tokens())[:500]
 
 
 def _bar_class(

@@ -17,8 +17,9 @@ from typing import Any
 
 from packaging.version import InvalidVersion, Version
 
+from kvenv._util.redact import redact_url
+from kvenv._util.urls import check_url
 from kvenv.errors import FetchError, IntegrityError
-from kvenv.fetch.http import check_url, redact
 from kvenv.model.profile import IndexSource
 
 
@@ -60,9 +61,9 @@ def find_on_index(
             break
         best = best or link
     if best is None:
-        where = ", ".join(redact(u) for u in urls) or "the default index"
+        where = ", ".join(redact_url(u) for u in urls) or "the default index"
         if find_links:
-            where += " and " + ", ".join(find_links)
+            where += " and " + ", ".join(_shown(link) for link in find_links)
         wanted = source.filename or f"{name}=={version}"
         raise FetchError(
             f"{wanted} with sha256 {sha256[:16]}… not found on {where}",
@@ -74,6 +75,11 @@ def find_on_index(
     url = str(best.url_without_fragment)
     check_url(url, what="wheel URL")
     return url, str(best.filename)
+
+
+def _shown(location: str) -> str:
+    """A find-links location as messages show it: a URL redacted, a directory as it is."""
+    return redact_url(location) if "://" in location else location
 
 
 def _matches(package: Any, link: Any, version: str, filename: str | None) -> bool:
@@ -125,7 +131,7 @@ def locate_wheel(
             other = published.lower()
     if unhashed is not None:
         return _location(unhashed)
-    where = ", ".join(redact(u) for u in index_urls) or "the default index"
+    where = ", ".join(redact_url(u) for u in index_urls) or "the default index"
     if other is not None:
         raise IntegrityError(
             f"{where} serves {filename} with sha256 {other[:16]}…, the lock pins {sha256[:16]}…",

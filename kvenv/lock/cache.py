@@ -3,20 +3,20 @@
 
 Location: ``$KVENV_CACHE_DIR`` if set, else the platform's user cache directory with a
 ``kvenv`` subdirectory (``$XDG_CACHE_HOME/kvenv`` or ``~/.cache/kvenv`` on Linux). Every
-write is atomic (temporary file, then ``os.replace``), so concurrent runs never see a torn
-entry.
+write goes through :mod:`kvenv._util.atomic`, so concurrent runs never see a torn entry
+(entries are not fsynced: one lost in a crash is fetched again).
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
-import os
-import tempfile
 from pathlib import Path
 from typing import Any
 
 import attrs
+
+from kvenv._util import atomic
 
 
 def _digest(text: str) -> str:
@@ -25,6 +25,8 @@ def _digest(text: str) -> str:
 
 @attrs.frozen
 class CachedPage:
+    """One index page as fetched, with what revalidating it needs."""
+
     url: str
     content: bytes
     content_type: str
@@ -34,22 +36,16 @@ class CachedPage:
 
 
 @attrs.frozen
-class Cache:
+class IndexCache:
+    """The lock engine's cache under ``root``."""
+
     root: Path
 
     def _path(self, kind: str, key: str, suffix: str) -> Path:
         return self.root / kind / key[:2] / f"{key}{suffix}"
 
     def _write(self, path: Path, data: bytes) -> None:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-")
-        try:
-            with os.fdopen(fd, "wb") as handle:
-                handle.write(data)
-            os.replace(tmp, path)
-        except BaseException:
-            Path(tmp).unlink(missing_ok=True)
-            raise
+        atomic.write_bytes(path, data, durable=False, make_parents=True)
 
     def _read(self, path: Path) -> bytes | None:
         try:

@@ -17,11 +17,11 @@ from packaging.utils import NormalizedName, canonicalize_name
 from packaging.version import Version
 
 from kvenv.errors import InputError, KvenvError, LockError, UsageError
-from kvenv.lock.cache import Cache
+from kvenv.lock.cache import IndexCache
 from kvenv.lock.candidates import Universe
 from kvenv.lock.finder import Finder
 from kvenv.lock.native import NativeRequires, native_requires
-from kvenv.lock.provider import Native, constraint_map, prefer_map
+from kvenv.lock.provider import NativeWheel, constraint_map, prefer_map
 from kvenv.lock.pylock import (
     WHEELHOUSE,
     AssumptionEntry,
@@ -37,9 +37,9 @@ from kvenv.lock.pylock import (
 from kvenv.lock.reqfile import parse_requirements, read_requirements
 from kvenv.lock.resolve import LockRequest, Resolution, RootRequirement, resolve
 from kvenv.lock.sources import IndexConfig
-from kvenv.model.loading import LoadedProfile
+from kvenv.model.loading import LoadedProfile, recorded_host
 from kvenv.model.locations import default_cache_dir
-from kvenv.model.snapshot import HostSnapshot, read_snapshot, snapshot_digest
+from kvenv.model.snapshot import HostSnapshot, snapshot_digest
 from kvenv.model.target import TargetEnv
 
 # Locks kvenv writes are portable unless asked otherwise (docs/locks.md says why).
@@ -106,11 +106,6 @@ def portable_choice(options: LockOptions, previous: LockFile | None) -> bool:
     return DEFAULT_PORTABLE
 
 
-def _host(loaded: LoadedProfile) -> HostSnapshot | None:
-    path = loaded.snapshot_path
-    return read_snapshot(path) if path is not None else None
-
-
 def _files(paths: Sequence[Path]) -> list[Requirement]:
     out: list[Requirement] = []
     for path in paths:
@@ -168,7 +163,7 @@ def build_request(
     )
     request = LockRequest(
         target=target,
-        native=Native(
+        native=NativeWheel(
             canonicalize_name(profile.native.name),
             Version(profile.native.version),
             native.requires,
@@ -234,12 +229,12 @@ def lock_profile(
 
     path = options.output or loaded.lock_path
     previous = _previous(loaded.lock_path, options.fresh)
-    host = _host(loaded)
+    host = recorded_host(loaded, must_exist=True).snapshot
     if options.exclude_newer is None and previous is not None and previous.kvenv.exclude_newer:
         options = attrs.evolve(
             options, exclude_newer=parse_exclude_newer(previous.kvenv.exclude_newer)
         )
-    cache = Cache(options.cache_dir or default_cache_dir())
+    cache = IndexCache(options.cache_dir or default_cache_dir())
     target = _target(loaded)
     finder = Finder(
         options.index,

@@ -32,8 +32,9 @@ from packaging.utils import (
 )
 from packaging.version import InvalidVersion, Version
 
+from kvenv._util.redact import redact_url
 from kvenv.errors import FetchError
-from kvenv.lock.cache import Cache, CachedPage
+from kvenv.lock.cache import CachedPage, IndexCache
 from kvenv.lock.sources import IndexConfig
 from kvenv.model.target import TargetEnv
 
@@ -91,16 +92,6 @@ class Project:
         return dict(sorted(best.items(), key=lambda item: item[0], reverse=True))
 
 
-def _redact(url: str) -> str:
-    parsed = urlparse(url)
-    if parsed.password or parsed.username:
-        netloc = parsed.hostname or ""
-        if parsed.port:
-            netloc += f":{parsed.port}"
-        return parsed._replace(netloc=f"***@{netloc}").geturl()
-    return url
-
-
 class Finder:
     """Finds the target's wheels of a project on every configured source."""
 
@@ -108,7 +99,7 @@ class Finder:
         self,
         config: IndexConfig,
         target: TargetEnv,
-        cache: Cache,
+        cache: IndexCache,
         *,
         offline: bool = False,
         refresh: bool = False,
@@ -266,7 +257,7 @@ class Finder:
             return _as_page(cached) if cached.content else None
         if self.offline:
             raise FetchError(
-                f"offline: no cached index page {_redact(url)}",
+                f"offline: no cached index page {redact_url(url)}",
                 hint="run `kvenv lock` once with network access to fill the cache",
             )
         headers = {"Accept": ACCEPT}
@@ -277,7 +268,7 @@ class Finder:
         try:
             response = self.session.get(url, headers=headers, follow_redirects=True)
         except Exception as exc:
-            raise FetchError(f"cannot reach {_redact(url)}: {exc}") from None
+            raise FetchError(f"cannot reach {redact_url(url)}: {exc}") from None
         if response.status_code == 304 and cached is not None:
             fresh = attrs.evolve(cached, fetched_at=time.time())
             self.cache.put_page(fresh)
@@ -286,7 +277,7 @@ class Finder:
             self.cache.put_page(CachedPage(url, b"", "text/html", time.time()))
             return None
         if response.status_code >= 400:
-            raise FetchError(f"{_redact(url)} answered HTTP {response.status_code}")
+            raise FetchError(f"{redact_url(url)} answered HTTP {response.status_code}")
         page = CachedPage(
             url=url,
             content=response.content,
@@ -331,7 +322,7 @@ def _entries(page: Any, index: str | None) -> list[_Entry]:
         try:
             data = json.loads(page.content)
         except ValueError:
-            raise FetchError(f"invalid JSON index page: {_redact(base)}") from None
+            raise FetchError(f"invalid JSON index page: {redact_url(base)}") from None
         out = []
         for file in data.get("files", []):
             if not isinstance(file, dict) or not file.get("url") or not file.get("filename"):

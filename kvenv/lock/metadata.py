@@ -23,9 +23,10 @@ from packaging.requirements import InvalidRequirement, Requirement
 from packaging.utils import canonicalize_name
 from packaging.version import InvalidVersion, Version
 
+from kvenv._util.redact import redact_url
 from kvenv.errors import FetchError, IntegrityError
-from kvenv.lock.cache import Cache
-from kvenv.lock.finder import WheelFile, _redact
+from kvenv.lock.cache import IndexCache
+from kvenv.lock.finder import WheelFile
 
 
 @attrs.frozen
@@ -146,7 +147,7 @@ class _RangeFile(io.RawIOBase):
             headers = {"Range": f"bytes={start}-{fetch_end - 1}", "Accept-Encoding": "identity"}
             response = self._session.get(self._url, headers=headers)
             if response.status_code != 206:
-                raise FetchError(f"range request refused by {_redact(self._url)}")
+                raise FetchError(f"range request refused by {redact_url(self._url)}")
             self._chunks[start] = response.content
             data = response.content[: end - start]
         self._pos = start + len(data)
@@ -161,13 +162,15 @@ class _RangeFile(io.RawIOBase):
 class MetadataFetcher:
     """Gets (and caches) the metadata of index and wheelhouse wheels."""
 
-    def __init__(self, cache: Cache, session: Callable[[], Any], *, offline: bool = False) -> None:
+    def __init__(
+        self, cache: IndexCache, session: Callable[[], Any], *, offline: bool = False
+    ) -> None:
         self.cache = cache
         self._session = session
         self.offline = offline
 
     def get(self, wheel: WheelFile) -> DistMetadata:
-        key = Cache.metadata_key(wheel.sha256, wheel.url)
+        key = IndexCache.metadata_key(wheel.sha256, wheel.url)
         data = self.cache.get_metadata(key)
         if data is None:
             data = self._fetch(wheel)
@@ -223,9 +226,9 @@ class MetadataFetcher:
         try:
             response = session.get(wheel.url, follow_redirects=True)
         except Exception as exc:
-            raise FetchError(f"cannot download {_redact(wheel.url)}: {exc}") from None
+            raise FetchError(f"cannot download {redact_url(wheel.url)}: {exc}") from None
         if response.status_code != 200:
-            raise FetchError(f"{_redact(wheel.url)} answered HTTP {response.status_code}")
+            raise FetchError(f"{redact_url(wheel.url)} answered HTTP {response.status_code}")
         return _metadata_of_bytes(response.content, wheel.name, wheel.filename)
 
 
@@ -237,14 +240,14 @@ def range_metadata(session: Any, url: str, name: str, *, origin: str) -> bytes:
     try:
         response = session.get(url, headers=headers, follow_redirects=True)
     except Exception as exc:
-        raise FetchError(f"cannot fetch {_redact(url)}: {type(exc).__name__}: {exc}") from None
+        raise FetchError(f"cannot fetch {redact_url(url)}: {type(exc).__name__}: {exc}") from None
     if response.status_code == 200:
         return _metadata_of_bytes(response.content, name, origin)
     if response.status_code != 206:
-        raise FetchError(f"{_redact(url)} answered HTTP {response.status_code}")
+        raise FetchError(f"{redact_url(url)} answered HTTP {response.status_code}")
     total = response.headers.get("Content-Range", "").rpartition("/")[2]
     if not (total.isascii() and total.isdigit()):
-        raise FetchError(f"{_redact(url)} gave no Content-Range size")
+        raise FetchError(f"{redact_url(url)} gave no Content-Range size")
     final_url = str(response.url)
     remote = _RangeFile(session, final_url, int(total), response.content)
     with zipfile.ZipFile(io.BufferedReader(remote, buffer_size=64 * 1024)) as archive:

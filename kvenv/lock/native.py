@@ -11,6 +11,7 @@ from pathlib import Path
 import attrs
 
 from kvenv._util.hashing import sha256_file
+from kvenv._util.redact import redact_url
 from kvenv.errors import FetchError, IntegrityError, KvenvError
 from kvenv.lock.finder import Finder
 from kvenv.lock.metadata import (
@@ -113,7 +114,7 @@ def _remote_requires(url: str, name: str) -> tuple[str, ...]:
 
     with httpx2.Client(timeout=15.0, follow_redirects=True) as client:
         data = range_metadata(client, url, name, origin=f"the native wheel {name}")
-    return parse_metadata(data, origin=url).requires
+    return parse_metadata(data, origin=redact_url(url)).requires
 
 
 def _hf_requires(source: HfSource, name: str) -> tuple[str, ...]:

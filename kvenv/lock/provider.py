@@ -21,6 +21,7 @@ from packaging.utils import NormalizedName, canonicalize_name
 from packaging.version import InvalidVersion, Version
 from resolvelib import AbstractProvider
 
+from kvenv._util.redact import redact_url
 from kvenv.errors import InputError
 from kvenv.lock.candidates import Candidate, Req, Universe, name_key, split_identifier
 from kvenv.model.snapshot import HostSnapshot
@@ -28,8 +29,8 @@ from kvenv.model.target import TargetEnv
 
 
 @attrs.frozen
-class Native:
-    """The native wheel as the resolver sees it."""
+class NativeWheel:
+    """The native wheel as the resolver sees it: its name, version and Requires-Dist lines."""
 
     name: NormalizedName
     version: Version
@@ -62,7 +63,7 @@ class Provider(AbstractProvider[Req, Candidate, str]):
         target: TargetEnv,
         universe: Universe,
         host: HostSnapshot | None,
-        native: Native,
+        native: NativeWheel,
         policy: Policy,
     ) -> None:
         self.target = target
@@ -111,8 +112,8 @@ class Provider(AbstractProvider[Req, Candidate, str]):
                 continue
             if req.url:
                 raise InputError(
-                    f"{owner} requires {req.name} from a direct URL ({req.url}), which kvenv "
-                    "does not lock",
+                    f"{owner} requires {req.name} from a direct URL ({redact_url(req.url)}), "
+                    "which kvenv does not lock",
                     hint="publish the wheel to an index or a wheelhouse and pin it by name",
                 )
             if name_key(req.name) in self.policy.waived:

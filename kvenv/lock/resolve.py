@@ -15,7 +15,7 @@ from packaging.version import Version
 from kvenv.errors import ConflictError, Problem
 from kvenv.lock.candidates import Candidate, Req, Universe, name_key, split_identifier
 from kvenv.lock.finder import WheelFile
-from kvenv.lock.provider import Native, Policy, Provider, parse_requirement
+from kvenv.lock.provider import NativeWheel, Policy, Provider, parse_requirement
 from kvenv.model.snapshot import HostSnapshot
 from kvenv.model.target import TargetEnv
 
@@ -33,7 +33,7 @@ class LockRequest:
     """Everything resolution depends on."""
 
     target: TargetEnv
-    native: Native
+    native: NativeWheel
     host: HostSnapshot | None = None
     protected: tuple[str, ...] = ()
     waivers: Mapping[str, str] = attrs.field(factory=dict)  # name -> reason
@@ -70,7 +70,9 @@ class Assumption:
 
 
 @attrs.frozen
-class Shadow:
+class HostShadow:
+    """A host distribution the overlay installs another version of (it shadows the host's)."""
+
     name: NormalizedName
     host_version: str
     overlay_version: str
@@ -87,7 +89,7 @@ class WaiverUse:
 class Resolution:
     packages: tuple[LockedPackage, ...]
     assumptions: tuple[Assumption, ...] = ()
-    shadows: tuple[Shadow, ...] = ()
+    shadows: tuple[HostShadow, ...] = ()
     waivers: tuple[WaiverUse, ...] = ()
 
     def names(self) -> list[str]:
@@ -189,7 +191,7 @@ def _collect(
         )
 
     assumptions: set[Assumption] = set()
-    shadows: list[Shadow] = []
+    shadows: list[HostShadow] = []
     for cand in mapping.values():
         if cand.origin == "host" and cand.version is None:
             for req, parent in incoming[cand.name]:
@@ -200,7 +202,7 @@ def _collect(
     for cand in index_cands:
         host = provider.host_candidate(cand.name)
         if host is not None:
-            shadows.append(Shadow(cand.name, str(host.version or "unknown"), str(cand.version)))
+            shadows.append(HostShadow(cand.name, str(host.version or "unknown"), str(cand.version)))
 
     dropped: dict[str, set[str]] = defaultdict(set)
     for key, text in waived_roots:

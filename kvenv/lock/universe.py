@@ -14,9 +14,10 @@ from packaging.utils import NormalizedName
 from packaging.version import Version
 
 from kvenv._util.hashing import sha256_file
+from kvenv._util.redact import redact_url
 from kvenv.errors import FetchError
-from kvenv.lock.cache import Cache
-from kvenv.lock.finder import Finder, WheelFile, _redact
+from kvenv.lock.cache import IndexCache
+from kvenv.lock.finder import Finder, WheelFile
 from kvenv.lock.metadata import DistMetadata, MetadataFetcher
 
 
@@ -29,7 +30,7 @@ class IndexUniverse:
         workers: int = 16,
     ) -> None:
         self.finder = finder
-        self.cache: Cache = finder.cache
+        self.cache: IndexCache = finder.cache
         self.fetcher = MetadataFetcher(finder.cache, lambda: finder.session, offline=finder.offline)
         self.prefer = prefer or {}
         self._pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="kvenv-meta")
@@ -120,7 +121,7 @@ class IndexUniverse:
             self.cache.put_digest(wheel.url, *known)
         sha, size = known
         if wheel.sha256 and wheel.sha256 != sha:
-            raise FetchError(f"{_redact(wheel.url)} does not match the sha256 its index gives")
+            raise FetchError(f"{redact_url(wheel.url)} does not match the sha256 its index gives")
         return attrs.evolve(wheel, sha256=sha, size=size)
 
     def _download_digest(self, wheel: WheelFile) -> tuple[str, int]:
@@ -132,12 +133,14 @@ class IndexUniverse:
         try:
             with session.stream("GET", wheel.url, follow_redirects=True) as response:
                 if response.status_code != 200:
-                    raise FetchError(f"{_redact(wheel.url)} answered HTTP {response.status_code}")
+                    raise FetchError(
+                        f"{redact_url(wheel.url)} answered HTTP {response.status_code}"
+                    )
                 for chunk in response.iter_bytes(1 << 20):
                     digest.update(chunk)
                     size += len(chunk)
         except FetchError:
             raise
         except Exception as exc:
-            raise FetchError(f"cannot download {_redact(wheel.url)}: {exc}") from None
+            raise FetchError(f"cannot download {redact_url(wheel.url)}: {exc}") from None
         return digest.hexdigest(), size

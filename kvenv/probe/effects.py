@@ -15,6 +15,8 @@ from pathlib import Path
 
 import attrs
 
+from kvenv.probe.nvml import NvmlReading, read_nvml
+
 # How long one external program (nvidia-smi, nvcc, ldconfig) may take before it is a fact that
 # it hangs. nvidia-smi on a busy multi-GPU box takes a second or two.
 RUN_TIMEOUT = 20.0
@@ -32,25 +34,6 @@ class RunResult:
     def text(self) -> str:
         """stdout and stderr together (nvidia-smi reports errors on stdout)."""
         return (self.stdout + "\n" + self.stderr).strip()
-
-
-@attrs.frozen
-class NvmlGpu:
-    index: int
-    uuid: str
-    name: str
-    compute_capability: str | None
-    memory_mib: int | None
-
-
-@attrs.frozen
-class NvmlReading:
-    """What NVML says, or why it could not say it (``error``)."""
-
-    driver: str | None = None
-    cuda_max: str | None = None
-    gpus: tuple[NvmlGpu, ...] = ()
-    error: str | None = None
 
 
 Runner = Callable[[Sequence[str], float], "RunResult | None"]
@@ -170,8 +153,6 @@ def _nvml() -> NvmlReading | None:
         import pynvml
     except ImportError:
         return None
-    from kvenv.probe.nvml import read_nvml
-
     return read_nvml(pynvml)
 
 

@@ -1,16 +1,16 @@
 """Probing the host: what ``kvenv fingerprint`` records and what ``plan``/``doctor`` check.
 
-Here :func:`take_snapshot` returns a :class:`kvenv.model.snapshot.HostSnapshot` of this machine
-as seen by
-one Python interpreter: by default the one running kvenv; with ``python=`` another one (for
-example the system Python when kvenv lives in its own venv), probed by running a small
+:func:`take_snapshot` returns a :class:`kvenv.model.snapshot.HostSnapshot` of this machine as
+seen by one Python interpreter: by default the one running kvenv; with ``python=`` another one
+(for example the system Python when kvenv lives in its own venv), probed by running a small
 stdlib-only script in it (``python -I -c ...``, JSON out). Torch is read from its metadata and
 ``torch/version.py``, never imported, unless ``import_torch`` asks for the facts only an import
 gives (then in a child process). :func:`list_gpus` lists the GPUs CUDA programs will see.
 
 Every read of the machine goes through :class:`kvenv.probe.effects.Effects`; a missing tool or
 file is recorded as a note ("no NVIDIA driver ..."), never raised. No environment variable is
-recorded, and values of secret-looking variables are masked wherever they might appear.
+recorded, and values of secret-looking variables are masked wherever they might appear
+(:mod:`kvenv._util.redact`).
 """
 
 from __future__ import annotations
@@ -33,7 +33,7 @@ from kvenv.probe import cuda, dists, kaggle, nvidia, pyinfo, system, torchinfo
 from kvenv.probe.effects import Effects, live
 from kvenv.probe.pyinfo import Interpreter
 
-__all__ = ["Effects", "list_gpus", "take_snapshot"]
+__all__ = ["build_snapshot", "list_gpus", "take_snapshot"]
 
 
 def list_gpus(*, effects: Effects | None = None) -> list[GpuInfo]:

@@ -16,7 +16,8 @@ import re
 import attrs
 
 from kvenv.model.snapshot import DriverInfo, GpuInfo
-from kvenv.probe.effects import RUN_TIMEOUT, Effects, NvmlReading, RunResult
+from kvenv.probe.effects import RUN_TIMEOUT, Effects, RunResult
+from kvenv.probe.nvml import NvmlReading
 
 PROC_VERSION = "/proc/driver/nvidia/version"
 SYS_VERSION = "/sys/module/nvidia/version"

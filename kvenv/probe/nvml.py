@@ -1,11 +1,33 @@
-"""Reading the driver and the GPUs through NVML (``pynvml``), when it is importable."""
+"""Reading the driver and the GPUs through NVML (``pynvml``, passed in), and the records of
+what it said (:class:`NvmlReading`, which :class:`kvenv.probe.effects.Effects` returns)."""
 
 from __future__ import annotations
 
 import contextlib
 from typing import Any
 
-from kvenv.probe.effects import NvmlGpu, NvmlReading
+import attrs
+
+
+@attrs.frozen
+class NvmlGpu:
+    """One GPU as NVML lists it."""
+
+    index: int
+    uuid: str
+    name: str
+    compute_capability: str | None
+    memory_mib: int | None
+
+
+@attrs.frozen
+class NvmlReading:
+    """What NVML says, or why it could not say it (``error``)."""
+
+    driver: str | None = None
+    cuda_max: str | None = None
+    gpus: tuple[NvmlGpu, ...] = ()
+    error: str | None = None
 
 
 def _text(value: Any) -> str:

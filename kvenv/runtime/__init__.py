@@ -32,22 +32,22 @@ from kvenv.runtime.serve import (
     start_server,
 )
 from kvenv.runtime.shards import (
-    MANIFEST_NAME,
     PP_AND_TP_PATTERN,
+    SHARD_MANIFEST_NAME,
     TP_ONLY_PATTERN,
     Shard,
     ShardInspection,
     ShardManifest,
     inspect_shards,
-    read_manifest,
+    read_shard_manifest,
 )
 
 __all__ = [
     "DEFAULT_MAX_SHARD_SIZE",
     "KAGGLE_PROFILE",
     "LLM",
-    "MANIFEST_NAME",
     "PP_AND_TP_PATTERN",
+    "SHARD_MANIFEST_NAME",
     "TP_ONLY_PATTERN",
     "GpuCount",
     "KaggleLLM",
@@ -61,7 +61,7 @@ __all__ = [
     "guard_sharded_load",
     "import_vllm",
     "inspect_shards",
-    "read_manifest",
+    "read_shard_manifest",
     "runtime_defaults",
     "serve",
     "serve_config",

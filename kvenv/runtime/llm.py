@@ -27,14 +27,14 @@ from packaging.version import InvalidVersion, Version
 from kvenv.errors import KvenvError, Problem, RuntimeNotReady, ShardError, UsageError
 from kvenv.runtime import gpus
 from kvenv.runtime.shards import (
-    MANIFEST_NAME,
     PP_AND_TP_PATTERN,
+    SHARD_MANIFEST_NAME,
     TP_ONLY_PATTERN,
     WEIGHT_SUFFIXES,
     ShardInspection,
-    build_manifest,
+    build_shard_manifest,
     inspect_shards,
-    write_manifest,
+    write_shard_manifest,
 )
 
 KAGGLE_PROFILE = "kaggle-t4x2-cu128"
@@ -336,7 +336,7 @@ class LLM:
             save(os.fspath(destination.absolute()), pattern, max_size)
             if source is not None:
                 copy_metadata(source.directory, destination, allow_links_into=source.links_into)
-            manifest = build_manifest(
+            manifest = build_shard_manifest(
                 destination,
                 tensor_parallel_size=tp,
                 pipeline_parallel_size=pp,
@@ -346,7 +346,7 @@ class LLM:
                 quantization=_text(self.engine_kwargs.get("quantization")),
                 source_model=self.model,
             )
-            write_manifest(destination, manifest)
+            write_shard_manifest(destination, manifest)
         except BaseException as exc:
             _undo(destination, created)
             if isinstance(exc, KvenvError) or not isinstance(exc, Exception):
@@ -606,7 +606,7 @@ def copy_metadata(source: Path, destination: Path, *, allow_links_into: Path | N
     entries = [
         entry
         for entry in sorted(source.iterdir())
-        if not entry.name.endswith(WEIGHT_SUFFIXES) and entry.name != MANIFEST_NAME
+        if not entry.name.endswith(WEIGHT_SUFFIXES) and entry.name != SHARD_MANIFEST_NAME
     ]
     for entry in entries:
         for item in [entry, *(entry.rglob("*") if _real_dir(entry) else [])]:

@@ -8,8 +8,10 @@ leads the process group and the server runs inside it: ``kill -TERM -- -PID`` re
 SIGTERM does not stop the script itself: it keeps copying until the server exits, so the log
 holds the server's last words, then exits with the server's code (128+N for signal N).
 With ``--echo`` the redacted output is also copied to the script's stdout (kvenv's terminal in
-the foreground). This file uses the standard library only: it runs as a script, detached from
-the kvenv process that started it.
+the foreground). The script runs detached from the kvenv process that started it, under
+``python -I`` (no PYTHONPATH, no user site): it puts the directory that holds this copy of
+kvenv first on ``sys.path`` and imports nothing from kvenv but the redactor
+(:mod:`kvenv._util.redact`, standard library only), whose masking it applies to every chunk.
 """
 
 from __future__ import annotations
@@ -20,19 +22,17 @@ import signal
 import subprocess
 import sys
 from collections.abc import Sequence
+from pathlib import Path
 from typing import IO
 
+if __name__ == "__main__":  # a script: import the kvenv this file belongs to
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+
+from kvenv._util.redact import mask_bytes
+
 REDACT_ENV = "KVENV_REDACT"
-MASK = b"***"
-CHUNK = 65536
+READ_SIZE = 65536
 POLL_SECONDS = 0.1
-
-
-def redact(data: bytes, secrets: Sequence[bytes]) -> bytes:
-    for secret in secrets:
-        if secret:
-            data = data.replace(secret, MASK)
-    return data
 
 
 def held_back(data: bytes, secrets: Sequence[bytes]) -> int:
@@ -54,13 +54,13 @@ class Redactor:
         self._pending = b""
 
     def write(self, chunk: bytes) -> None:
-        data = redact(self._pending + chunk, self.secrets)
+        data = mask_bytes(self._pending + chunk, self.secrets)
         keep = held_back(data, self.secrets)
         self._pending = data[len(data) - keep :]
         self._emit(data[: len(data) - keep])
 
     def close(self) -> None:
-        self._emit(redact(self._pending, self.secrets))
+        self._emit(mask_bytes(self._pending, self.secrets))
         self._pending = b""
 
     def _emit(self, data: bytes) -> None:
@@ -81,7 +81,7 @@ def pump(fd: int, redactor: Redactor, child: subprocess.Popen[bytes]) -> int:
     while True:
         ready, _, _ = select.select([fd], [], [], 0 if exited else POLL_SECONDS)
         if ready:
-            chunk = os.read(fd, CHUNK)
+            chunk = os.read(fd, READ_SIZE)
             if chunk:
                 redactor.write(chunk)
                 continue

@@ -24,8 +24,10 @@ from typing import IO, Any
 import attrs
 from packaging.version import InvalidVersion, Version
 
+from kvenv._util.redact import mask
 from kvenv.errors import CheckFailed, Problem, RuntimeNotReady, UsageError
 from kvenv.model.fields import EnvName, check
+from kvenv.runtime.llm import ATTENTION_ENV
 from kvenv.runtime.logpipe import REDACT_ENV
 
 DEFAULT_PORT = 8000
@@ -33,7 +35,6 @@ DEFAULT_READY_TIMEOUT = 900.0
 DEFAULT_STOP_TIMEOUT = 30.0
 LOOPBACK_HOSTS = frozenset({"127.0.0.1", "localhost", "::1"})
 API_KEY_ENV = "VLLM_API_KEY"
-ATTENTION_ENV = "VLLM_ATTENTION_BACKEND"
 # vLLM reads --attention-backend from 0.14 on; before that only the environment variable.
 _ATTENTION_FLAG_SINCE = Version("0.14")
 # Options kvenv sets itself; passing them after `--` would bypass its checks.
@@ -477,7 +478,7 @@ class Server:
                 text = handle.read().decode("utf-8", errors="replace")
         except OSError:
             return ""
-        return redact(text, self._secrets)
+        return mask(text, self._secrets)
 
     def _tail_hint(self) -> str:
         tail = self.log_tail().rstrip()
@@ -511,13 +512,6 @@ def _popen(
             f"cannot start {argv[0]}: {exc.strerror or exc}",
             hint="is vLLM installed and on PATH? run `kvenv apply` and `kvenv activate`",
         ) from None
-
-
-def redact(text: str, secrets: Sequence[str]) -> str:
-    for secret in secrets:
-        if secret:
-            text = text.replace(secret, "***")
-    return text
 
 
 def _signal_group(pgid: int, sig: signal.Signals) -> None:

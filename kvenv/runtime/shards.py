@@ -20,7 +20,7 @@ from typing import Any, Literal
 
 import attrs
 
-from kvenv._util import hashing
+from kvenv._util import atomic, hashing
 from kvenv.errors import InputError, Problem, ShardError
 from kvenv.model import convert
 from kvenv.model.fields import NonEmpty, PositiveInt, RelPath, Sha256
@@ -28,7 +28,7 @@ from kvenv.runtime.safetensors_header import Header, HeaderError, read_header
 
 TP_ONLY_PATTERN = "model-rank-{rank}-part-{part}.safetensors"
 PP_AND_TP_PATTERN = "model-pp-{pp_rank}-tp-{tp_rank}-part-{part}.safetensors"
-MANIFEST_NAME = "kvenv-shards.json"
+SHARD_MANIFEST_NAME = "kvenv-shards.json"
 HF_INDEX_NAME = "model.safetensors.index.json"
 REQUIRED_METADATA: tuple[str, ...] = ("config.json", "tokenizer_config.json")
 WEIGHT_SUFFIXES: tuple[str, ...] = (".safetensors", ".bin", ".pt", ".pth")
@@ -226,14 +226,14 @@ def inspect_shards(
     errors += _consistency(scan.shards, headers)
     manifest, manifest_errors, hashes = _check_manifest(root, scan, verify)
     errors += manifest_errors
-    if MANIFEST_NAME not in scan.names:
+    if SHARD_MANIFEST_NAME not in scan.names:
         warnings.append(
-            f"no {MANIFEST_NAME}: the topology comes from the file names only "
+            f"no {SHARD_MANIFEST_NAME}: the topology comes from the file names only "
             "(checkpoints saved through kvenv record it)"
             + ("; nothing to verify sha256 against" if verify else "")
         )
     elif verify and manifest is None:
-        warnings.append(f"nothing verified: {MANIFEST_NAME} could not be read")
+        warnings.append(f"nothing verified: {SHARD_MANIFEST_NAME} could not be read")
     warnings += _stale_index(root, scan.names)
     topology = _topology(
         scan.pattern,
@@ -319,7 +319,7 @@ def _scan(root: Path) -> _Scan:
         if shard is None:
             if entry.name.endswith(WEIGHT_SUFFIXES):
                 other.append(entry.name)
-            elif entry.name != MANIFEST_NAME:
+            elif entry.name != SHARD_MANIFEST_NAME:
                 metadata.append(entry.name)
             continue
         kind, parsed = shard
@@ -538,12 +538,12 @@ def _topology(
     if manifest is not None:
         if manifest.tensor_parallel_size != ranks:
             errors.append(
-                f"{MANIFEST_NAME} records tensor_parallel_size="
+                f"{SHARD_MANIFEST_NAME} records tensor_parallel_size="
                 f"{manifest.tensor_parallel_size} but the files hold {ranks} ranks"
             )
         if manifest.pipeline_parallel_size != stages:
             errors.append(
-                f"{MANIFEST_NAME} records pipeline_parallel_size="
+                f"{SHARD_MANIFEST_NAME} records pipeline_parallel_size="
                 f"{manifest.pipeline_parallel_size} but the files hold {stages} stage(s)"
             )
     if expected_tp is not None and expected_tp != ranks:
@@ -571,7 +571,7 @@ def _topology(
 # --- the manifest ------------------------------------------------------------------------------
 
 
-def read_manifest(path: Path) -> ShardManifest:
+def read_shard_manifest(path: Path) -> ShardManifest:
     """Read ``kvenv-shards.json``; raise :class:`InputError` with every problem."""
     try:
         with open(path, encoding="utf-8") as handle:
@@ -606,20 +606,20 @@ def read_manifest(path: Path) -> ShardManifest:
 def _check_manifest(
     root: Path, scan: _Scan, verify: bool
 ) -> tuple[ShardManifest | None, list[Problem], dict[str, str]]:
-    path = root / MANIFEST_NAME
-    if MANIFEST_NAME not in scan.names:
+    path = root / SHARD_MANIFEST_NAME
+    if SHARD_MANIFEST_NAME not in scan.names:
         return None, [], {}
     try:
-        manifest = read_manifest(path)
+        manifest = read_shard_manifest(path)
     except InputError as exc:
-        return None, list(exc.problems) or [Problem(exc.message, file=MANIFEST_NAME)], {}
+        return None, list(exc.problems) or [Problem(exc.message, file=SHARD_MANIFEST_NAME)], {}
     problems: list[Problem] = []
     hashes: dict[str, str] = {}
     listed = {item.path for item in manifest.files}
     for name in sorted({s.name for s in scan.shards} - listed):
         problems.append(
             Problem(
-                f"shard {name} is not recorded in {MANIFEST_NAME}",
+                f"shard {name} is not recorded in {SHARD_MANIFEST_NAME}",
                 file=name,
                 fix="remove the stray file or save again",
             )
@@ -633,7 +633,7 @@ def _check_manifest(
             problems.append(
                 Problem(
                     f"{item.path} is listed but missing",
-                    file=MANIFEST_NAME,
+                    file=SHARD_MANIFEST_NAME,
                     path=where,
                     fix="restore the file or save the checkpoint again",
                 )
@@ -643,7 +643,7 @@ def _check_manifest(
             problems.append(
                 Problem(
                     f"{item.path} is not a regular file inside the checkpoint",
-                    file=MANIFEST_NAME,
+                    file=SHARD_MANIFEST_NAME,
                     path=where,
                 )
             )
@@ -652,20 +652,20 @@ def _check_manifest(
             problems.append(
                 Problem(
                     f"{item.path} is {info.st_size} bytes but the manifest records {item.size}",
-                    file=MANIFEST_NAME,
+                    file=SHARD_MANIFEST_NAME,
                     path=f"{where}.size",
                     fix="the file was changed or truncated; restore it",
                 )
             )
             continue
         if verify:
-            digest = sha256_file(target)
+            digest, _ = hashing.sha256_file(target)
             hashes[item.path] = digest
             if digest != item.sha256:
                 problems.append(
                     Problem(
                         f"sha256 mismatch for {item.path}: expected {item.sha256}, got {digest}",
-                        file=MANIFEST_NAME,
+                        file=SHARD_MANIFEST_NAME,
                         path=f"{where}.sha256",
                         fix="the file is corrupt; restore it",
                     )
@@ -685,13 +685,7 @@ def _inside(root: Path, relpath: str) -> bool:
     return True
 
 
-def sha256_file(path: Path) -> str:
-    """The sha256 of ``path`` (streamed by :mod:`kvenv._util.hashing`)."""
-    digest, _ = hashing.sha256_file(path)
-    return digest
-
-
-def build_manifest(
+def build_shard_manifest(
     root: Path,
     *,
     tensor_parallel_size: int,
@@ -713,9 +707,13 @@ def build_manifest(
         for name in sorted(filenames):
             full = Path(dirpath) / name
             rel = full.relative_to(root).as_posix()
-            if rel == MANIFEST_NAME or name.startswith(f".{MANIFEST_NAME}"):
+            if rel == SHARD_MANIFEST_NAME or name.startswith(f".{SHARD_MANIFEST_NAME}"):
                 continue
-            files.append(ManifestFile(RelPath(rel), full.stat().st_size, Sha256(sha256_file(full))))
+            files.append(
+                ManifestFile(
+                    RelPath(rel), full.stat().st_size, Sha256(hashing.sha256_file(full)[0])
+                )
+            )
     return ShardManifest(
         schema=1,
         kind="kvenv-shards",
@@ -730,14 +728,8 @@ def build_manifest(
     )
 
 
-def write_manifest(root: Path, manifest: ShardManifest) -> Path:
-    """Write ``kvenv-shards.json`` atomically (temporary file, then rename)."""
-    target = root / MANIFEST_NAME
-    temporary = root / f".{MANIFEST_NAME}.tmp"
-    text = json.dumps(manifest_to_json(manifest), indent=2) + "\n"
-    with open(temporary, "w", encoding="utf-8") as handle:
-        handle.write(text)
-        handle.flush()
-        os.fsync(handle.fileno())
-    os.replace(temporary, target)
+def write_shard_manifest(root: Path, manifest: ShardManifest) -> Path:
+    """Write ``kvenv-shards.json`` atomically (through :mod:`kvenv._util.atomic`)."""
+    target = root / SHARD_MANIFEST_NAME
+    atomic.write_json(target, manifest_to_json(manifest))
     return target

@@ -32,7 +32,7 @@ FAULT_COUNT = "KVENV_FAULT_COUNT"
 DRIVER = r"""
 import os, sys, signal, threading
 from kvenv.cli import main
-from kvenv.fetch.http import allow_loopback_http
+from kvenv._util.urls import allow_loopback_http
 
 KILL_AT = int(os.environ.get("KVENV_FAULT_CALL") or 0)
 COUNT_TO = os.environ.get("KVENV_FAULT_COUNT")

@@ -12,7 +12,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from kvenv.probe.effects import Effects, NvmlReading, RunResult
+from kvenv.probe.effects import Effects, RunResult
+from kvenv.probe.nvml import NvmlReading
 
 ROOT = Path(__file__).resolve().parent.parent / "fixtures" / "host"
 SCENARIOS = sorted(p.name for p in ROOT.iterdir() if (p / "scenario.json").is_file())

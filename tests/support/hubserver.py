@@ -33,7 +33,7 @@ The fixture:
   explicitly, because ``huggingface_hub`` reads ``HF_ENDPOINT`` only once, at import),
 - points ``HF_HOME`` and the client's token path at a temporary directory and removes
   ``HF_TOKEN``, ``HF_HUB_OFFLINE`` and ``TRANSFORMERS_OFFLINE`` (tests set them as needed),
-- enables :func:`kvenv.fetch.http.allow_loopback_http`, the test-only seam that lets kvenv
+- enables :func:`kvenv._util.urls.allow_loopback_http`, the test-only seam that lets kvenv
   talk plain http to 127.0.0.1 (kvenv refuses http everywhere else).
 """
 
@@ -295,7 +295,7 @@ def hub_env(monkeypatch: pytest.MonkeyPatch, home: Path) -> Iterator[HubServer]:
     """Start a server and point ``huggingface_hub`` and kvenv at it (see the module doc)."""
     from huggingface_hub import constants
 
-    from kvenv.fetch.http import allow_loopback_http
+    from kvenv._util.urls import allow_loopback_http
 
     home.mkdir(parents=True, exist_ok=True)
     for name in ("HF_TOKEN", "HUGGING_FACE_HUB_TOKEN", "HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE"):

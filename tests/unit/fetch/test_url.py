@@ -12,9 +12,10 @@ from pathlib import Path
 import attrs
 import pytest
 
+from kvenv._util.redact import redact_url
+from kvenv._util.urls import allow_loopback_http, check_url, loopback_http_allowed
 from kvenv.errors import FetchError, IntegrityError
 from kvenv.fetch import fetch_all
-from kvenv.fetch.http import allow_loopback_http, check_url, loopback_http_allowed, redact
 from kvenv.model.fields import WheelFilename
 from kvenv.model.profile import IndexSource
 from kvenv.plan.artifacts import Artifact
@@ -74,7 +75,7 @@ def test_the_test_seam_allows_loopback_http_only() -> None:
 
 
 def test_redact_drops_credentials_and_queries() -> None:
-    shown = redact("https://user:secret@files.example/a/b.whl?X-Amz-Signature=abc#frag")
+    shown = redact_url("https://user:secret@files.example/a/b.whl?X-Amz-Signature=abc#frag")
     assert shown == "https://files.example/a/b.whl?…"
     assert "secret" not in shown and "abc" not in shown
 

@@ -7,7 +7,6 @@ from typing import Any
 
 import pytest
 
-from kvenv.probe.effects import NvmlGpu, NvmlReading
 from kvenv.probe.host import list_gpus
 from kvenv.probe.nvidia import (
     PhysicalGpu,
@@ -18,7 +17,7 @@ from kvenv.probe.nvidia import (
     probe_gpus,
     select_visible,
 )
-from kvenv.probe.nvml import read_nvml
+from kvenv.probe.nvml import NvmlGpu, NvmlReading, read_nvml
 from tests.support import hostfixtures as hf
 
 

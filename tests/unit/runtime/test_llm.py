@@ -15,11 +15,12 @@ from typing import Any
 
 import pytest
 
+from kvenv._util.hashing import sha256_file
 from kvenv.errors import KvenvError, RuntimeNotReady, ShardError, UsageError
 from kvenv.runtime import gpus
 from kvenv.runtime.gpus import GpuCount
-from kvenv.runtime.llm import LLM, KaggleLLM, import_vllm
-from kvenv.runtime.shards import MANIFEST_NAME, PP_AND_TP_PATTERN, TP_ONLY_PATTERN, sha256_file
+from kvenv.runtime.llm import LLM, KaggleLLM, accepted_keywords, check_keywords, import_vllm
+from kvenv.runtime.shards import PP_AND_TP_PATTERN, SHARD_MANIFEST_NAME, TP_ONLY_PATTERN
 from tests.fake_vllm.checkpoints import make_pp_checkpoint, make_tp_checkpoint, write_metadata
 from tests.support.paths import FAKE_VLLM
 
@@ -142,9 +143,15 @@ def test_unknown_keyword_is_refused_with_the_closest_name(vllm: Any, profile: st
 
 def test_every_real_looking_keyword_is_accepted(vllm: Any, profile: str) -> None:
     names = {f.name for f in dataclasses.fields(vllm.EngineArgs)} - {"model"}
-    LLM("m", profile=profile, seed=3, quantization=None, **{"max_num_seqs": 4})
-    assert "max_num_seqs" in names
-    assert _init_kwargs(vllm)["seed"] == 3
+    keywords = accepted_keywords(vllm)
+    assert names <= keywords.engine_fields  # kvenv reads every field of the installed vLLM
+    check_keywords(sorted(names), keywords, "0.33.0")  # and refuses none of them
+    llm = LLM("m", profile=profile, seed=3, quantization=None, **{"max_num_seqs": 4})
+    kwargs = _init_kwargs(vllm)
+    assert (kwargs["seed"], kwargs["max_num_seqs"]) == (3, 4)
+    assert "quantization" not in kwargs  # None means "not passed"
+    assert {k: kwargs[k] for k in llm.engine_kwargs} == llm.engine_kwargs  # what kvenv passed
+    assert "quantization" not in llm.engine_kwargs and llm.engine_kwargs["max_num_seqs"] == 4
 
 
 def test_tensor_parallel_size_checked_against_visible_gpus(
@@ -526,7 +533,7 @@ def test_save_and_reload(
     assert (out / "tokenizer.json").exists() and (out / "extra" / "chat_template.jinja").exists()
     assert not (out / "model.safetensors").exists() and not (out / "pytorch_model.bin").exists()
 
-    manifest = json.loads((out / MANIFEST_NAME).read_text())
+    manifest = json.loads((out / SHARD_MANIFEST_NAME).read_text())
     assert manifest["tensor_parallel_size"] == tp
     assert manifest["pipeline_parallel_size"] == 1
     assert manifest["pattern"] == TP_ONLY_PATTERN
@@ -535,10 +542,10 @@ def test_save_and_reload(
     assert manifest["source_model"] == str(source)
     listed = {f["path"]: f for f in manifest["files"]}
     on_disk = {p.relative_to(out).as_posix() for p in out.rglob("*") if p.is_file()}
-    assert set(listed) == on_disk - {MANIFEST_NAME}
+    assert set(listed) == on_disk - {SHARD_MANIFEST_NAME}
     for name, item in listed.items():
         assert item["size"] == (out / name).stat().st_size
-        assert item["sha256"] == sha256_file(out / name)
+        assert item["sha256"] == sha256_file(out / name)[0]
     assert inspect_verified(out, tp)
 
     vllm.CALLS.clear()
@@ -563,7 +570,7 @@ def test_save_pipeline_parallel(
     inspection = llm.save_sharded_model(tmp_path / "pp")
     assert inspection.valid and inspection.pattern == "pp-tp"
     assert (inspection.rank_count, inspection.stage_count) == (2, 2)
-    assert json.loads((tmp_path / "pp" / MANIFEST_NAME).read_text())["pattern"] == (
+    assert json.loads((tmp_path / "pp" / SHARD_MANIFEST_NAME).read_text())["pattern"] == (
         PP_AND_TP_PATTERN
     )
     monkeypatch.setattr(llm, "vllm_version", "0.31.0")

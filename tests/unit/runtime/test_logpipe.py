@@ -4,11 +4,16 @@ from __future__ import annotations
 
 import io
 import itertools
+import os
+import subprocess
+import sys
+from pathlib import Path
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from kvenv.runtime.logpipe import Redactor
+from kvenv.runtime import logpipe
+from kvenv.runtime.logpipe import REDACT_ENV, Redactor
 
 SECRET = b"sk-abc-123-secret"
 
@@ -43,3 +48,22 @@ def test_output_is_not_held_back_without_a_partial_secret() -> None:
     assert sink.getvalue() == b"loading weights\nkey="
     redactor.write(b"-123-secret!")
     assert sink.getvalue() == b"loading weights\nkey=***!"
+
+
+def test_the_script_masks_the_log_under_python_isolated(tmp_path: Path) -> None:
+    """Run as ``kvenv serve`` runs it (``python -I``, another working directory, no
+    PYTHONPATH): it finds the shared redactor next to itself and masks the child's output."""
+    log = tmp_path / "serve.log"
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    env.update({"MY_KEY": SECRET.decode(), REDACT_ENV: "MY_KEY"})
+    child = [sys.executable, "-c", "import os; print('key:', os.environ['MY_KEY'])"]
+    done = subprocess.run(
+        [sys.executable, "-I", logpipe.__file__, str(log), "--echo", "--", *child],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        timeout=60,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    assert log.read_bytes() == done.stdout == b"key: ***\n"

@@ -13,15 +13,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from safetensors.numpy import save_file
 
-from kvenv.runtime.safetensors_header import (
-    HeaderError,
-    header_bytes,
-    parse_header,
-    read_header,
-    write_sparse,
-)
+from kvenv.runtime.safetensors_header import HeaderError, parse_header, read_header
 from kvenv.runtime.shards import inspect_shards
 from tests.fake_vllm.checkpoints import make_tp_checkpoint
+from tests.support.safetensors_files import header_bytes, write_sparse
 
 
 def _file(tmp_path: Path, tensors: dict[str, np.ndarray], **meta: str) -> Path:

@@ -13,13 +13,13 @@ from safetensors.numpy import save_file
 
 from kvenv.errors import ShardError
 from kvenv.runtime.shards import (
-    MANIFEST_NAME,
     PP_AND_TP_PATTERN,
+    SHARD_MANIFEST_NAME,
     TP_ONLY_PATTERN,
-    build_manifest,
+    build_shard_manifest,
     inspect_shards,
     manifest_to_json,
-    write_manifest,
+    write_shard_manifest,
 )
 from tests.fake_vllm.checkpoints import (
     make_pp_checkpoint,
@@ -36,7 +36,7 @@ def _messages(result: object) -> str:
 
 def _with_manifest(root: Path, tp: int, pp: int = 1) -> None:
     pattern = PP_AND_TP_PATTERN if pp > 1 else TP_ONLY_PATTERN
-    manifest = build_manifest(
+    manifest = build_shard_manifest(
         root,
         tensor_parallel_size=tp,
         pipeline_parallel_size=pp,
@@ -46,7 +46,7 @@ def _with_manifest(root: Path, tp: int, pp: int = 1) -> None:
         quantization=None,
         source_model="org/model",
     )
-    write_manifest(root, manifest)
+    write_shard_manifest(root, manifest)
 
 
 @pytest.mark.parametrize(("tp", "parts"), [(1, 1), (2, 1), (2, 3), (4, 2)])
@@ -234,7 +234,7 @@ def test_manifest_sizes_and_sha256(tmp_path: Path) -> None:
     assert result.verified
     assert result.manifest is not None and result.manifest.vllm_version == "0.33.0"
     assert all(s.sha256 and len(s.sha256) == 64 for s in result.shards)
-    assert not any(MANIFEST_NAME in w for w in result.warnings)
+    assert not any(SHARD_MANIFEST_NAME in w for w in result.warnings)
 
     # Same size, different bytes: only --verify notices.
     target = root / "model-rank-1-part-0.safetensors"
@@ -292,7 +292,7 @@ def test_broken_manifest_is_an_error_with_a_path(
     tmp_path: Path, document: str, expected: str
 ) -> None:
     root = make_tp_checkpoint(tmp_path / "c", 1)
-    (root / MANIFEST_NAME).write_text(document)
+    (root / SHARD_MANIFEST_NAME).write_text(document)
     result = inspect_shards(root, verify=True)
     assert not result.valid
     rendered = _messages(result)
@@ -338,7 +338,7 @@ def test_json_shape(tmp_path: Path) -> None:
 
 def test_headers_only_are_read(tmp_path: Path) -> None:
     """A 6 GiB sparse shard is inspected without reading its data."""
-    from kvenv.runtime.safetensors_header import write_sparse
+    from tests.support.safetensors_files import write_sparse
 
     root = tmp_path / "big"
     root.mkdir()
