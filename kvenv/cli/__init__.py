@@ -12,6 +12,13 @@ import importlib
 import sys
 
 from kvenv import __version__
+from kvenv.cli.exitcodes import (
+    EXIT_BAD_INPUT,
+    EXIT_CHECK_FAILED,
+    EXIT_CONFLICT,
+    EXIT_INTERRUPTED,
+    EXIT_OK,
+)
 
 # ``typing`` and ``kvenv.errors`` (attrs) are imported only when needed, so ``kvenv --version``
 # imports almost nothing (see benchmarks/cli_startup.py).
@@ -20,11 +27,16 @@ if TYPE_CHECKING:
     from collections.abc import Sequence
     from typing import NoReturn
 
-# Exit codes, documented in the README and docs/: the one mapping from errors to codes.
-EXIT_OK = 0
-EXIT_CHECK_FAILED = 1
-EXIT_BAD_INPUT = 2
-EXIT_CONFLICT = 3
+__all__ = [
+    "EXIT_BAD_INPUT",
+    "EXIT_CHECK_FAILED",
+    "EXIT_CONFLICT",
+    "EXIT_INTERRUPTED",
+    "EXIT_OK",
+    "build_parser",
+    "exit_code_for",
+    "main",
+]
 
 _GROUPS: tuple[str, ...] = (
     "kvenv.cli.profiles",
@@ -65,12 +77,7 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"kvenv {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
     for module_name in _GROUPS:
-        try:
-            module = importlib.import_module(module_name)
-        except ModuleNotFoundError as exc:
-            if exc.name == module_name:
-                continue  # a command group not built yet
-            raise
+        module = importlib.import_module(module_name)
         module.register(sub)
         if command is not None and command in sub.choices:
             break
@@ -102,5 +109,5 @@ def main(argv: Sequence[str] | None = None) -> int:
         return EXIT_BAD_INPUT
     except KeyboardInterrupt:
         sys.stderr.write("kvenv: interrupted\n")
-        return 130
+        return EXIT_INTERRUPTED
     return code

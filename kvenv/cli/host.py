@@ -10,13 +10,16 @@ from __future__ import annotations
 
 import argparse
 import datetime
-import os
+import functools
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from kvenv.cli._io import emit_json, err, out
+from kvenv.cli.exitcodes import EXIT_CHECK_FAILED, EXIT_OK
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     from kvenv.model.loading import LoadedProfile
     from kvenv.model.snapshot import HostSnapshot
     from kvenv.probe.doctor import DoctorReport
@@ -90,24 +93,6 @@ def register(sub: Any) -> None:
 # fingerprint ---------------------------------------------------------------------------------
 
 
-def _save_snapshot(snapshot: HostSnapshot, path: Path, *, exclusive: bool = False) -> None:
-    from kvenv.errors import InputError
-    from kvenv.model.snapshot import dumps_snapshot
-
-    text = dumps_snapshot(snapshot)
-    if exclusive:
-        with open(path, "x", encoding="utf-8") as stream:
-            stream.write(text)
-        return
-    temp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    try:
-        temp.write_text(text, encoding="utf-8")
-        os.replace(temp, path)
-    except OSError as exc:
-        temp.unlink(missing_ok=True)
-        raise InputError(f"cannot write the snapshot to {path}: {exc.strerror or exc}") from None
-
-
 def _or_missing(value: object) -> str:
     return str(value) if value not in (None, "", []) else "NOT FOUND"
 
@@ -159,87 +144,47 @@ def _describe_snapshot(snap: HostSnapshot) -> None:
 
 
 def cmd_fingerprint(args: argparse.Namespace) -> int:
-    from kvenv.model.snapshot import snapshot_to_dict
+    from kvenv.model.snapshot import snapshot_to_dict, write_snapshot
     from kvenv.probe.host import take_snapshot
 
     snap = take_snapshot(import_torch=args.import_torch, python=args.python)
     if args.save:
-        _save_snapshot(snap, Path(args.save))
+        write_snapshot(Path(args.save), snap)
     if args.json:
         emit_json(snapshot_to_dict(snap))
     else:
         _describe_snapshot(snap)
     if args.save:
         err(f"saved: {args.save}")
-    return 0
+    return EXIT_OK
 
 
 # init ----------------------------------------------------------------------------------------
 
 
 def cmd_init(args: argparse.Namespace) -> int:
-    from kvenv.errors import InputError, ProfileError, UsageError
-    from kvenv.model.fields import ProfileName, check
-    from kvenv.model.init import render_profile
-    from kvenv.model.loading import find_profile, load_profile
-    from kvenv.probe.host import take_snapshot
+    from kvenv.errors import UsageError
+    from kvenv.model.init import init_profile
 
-    name: str = args.name
-    reason = check(ProfileName, name)
-    if reason:
-        raise UsageError(f"invalid profile name: {reason}")
-    project = Path(args.dir)
-    if not project.is_dir():
-        raise InputError(f"project directory not found: {project}")
-    directory = project / "profiles"
-    path = directory / f"{name}.toml"
-    snap_rel = f"profiles/{name}.host.json"
-    snap_path = project / snap_rel
-    for existing in (path, snap_path) if args.from_host else (path,):
-        if existing.exists():
-            raise InputError(
-                f"refusing to overwrite {existing}",
-                hint="kvenv init never overwrites; pick another NAME or remove the file",
-            )
-    if args.extends:
-        find_profile(args.extends, cwd=project)
     if args.python and not args.from_host:
         raise UsageError("--python is only meaningful with --from-host")
-    snap = take_snapshot(python=args.python) if args.from_host else None
-    today = datetime.date.today().isoformat()
-    text = render_profile(
-        name,
+    host: Callable[[], HostSnapshot] | None = None
+    if args.from_host:
+        from kvenv.probe.host import take_snapshot
+
+        host = functools.partial(take_snapshot, python=args.python)
+    result = init_profile(
+        args.name,
+        Path(args.dir),
         extends=args.extends,
-        host=snap,
-        snapshot=snap_rel if snap is not None else None,
-        today=today,
+        host=host,
+        today=datetime.date.today().isoformat(),
     )
-    directory.mkdir(parents=True, exist_ok=True)
-    temp = directory / f".{name}.{os.getpid()}.init.toml"
-    temp.write_text(text, encoding="utf-8")
-    try:
-        load_profile(str(temp.resolve()), cwd=project)
-        if snap is not None:
-            _save_snapshot(snap, snap_path, exclusive=True)
-        try:
-            os.link(temp, path)
-        except FileExistsError:
-            if snap is not None:
-                snap_path.unlink(missing_ok=True)
-            raise InputError(f"refusing to overwrite {path}") from None
-    except ProfileError as exc:
-        raise ProfileError(
-            f"the generated profile would not load: {exc.message}",
-            problems=exc.problems,
-            hint="report this; nothing was written",
-        ) from None
-    finally:
-        temp.unlink(missing_ok=True)
-    out(f"wrote {path}")
-    if snap is not None:
-        out(f"wrote {snap_path}")
-    out(f"next: kvenv validate {path}  and  kvenv doctor {path}")
-    return 0
+    out(f"wrote {result.profile}")
+    if result.snapshot is not None:
+        out(f"wrote {result.snapshot}")
+    out(f"next: kvenv validate {result.profile}  and  kvenv doctor {result.profile}")
+    return EXIT_OK
 
 
 # doctor --------------------------------------------------------------------------------------
@@ -255,44 +200,6 @@ def _load_host(
     from kvenv.probe.host import take_snapshot
 
     return take_snapshot(import_torch=import_torch, python=python), "live probe"
-
-
-def _recorded(loaded: LoadedProfile) -> tuple[HostSnapshot | None, str | None]:
-    from kvenv.model.snapshot import read_snapshot
-
-    path = loaded.snapshot_path
-    if path is None:
-        return None, "the profile names no host snapshot"
-    if not path.is_file():
-        return None, f"the profile's host snapshot {path} does not exist"
-    return read_snapshot(path), None
-
-
-def _overlay(loaded: LoadedProfile) -> tuple[Any, str, list[Any]]:
-    """(Overlay or None, note, extra dependency findings) for the profile's applied state."""
-    from kvenv.env.manifest import current_manifest
-    from kvenv.errors import InputError
-    from kvenv.model.locations import resolve_locations
-    from kvenv.probe.doctor import DependencyFinding, installed_in
-
-    root = resolve_locations(loaded.profile).root
-    try:
-        manifest = current_manifest(root)
-    except InputError as exc:
-        message = "; ".join([exc.message, *(p.render() for p in exc.problems)])
-        finding = DependencyFinding(
-            "(manifest)", "error", message, "overlay", fix="run `kvenv apply` again"
-        )
-        return None, f"the applied state under {root} is unreadable", [finding]
-    if manifest is None:
-        return None, f"no overlay applied (nothing under {root})", []
-    if manifest.profile.name != loaded.profile.name:
-        return None, f"{root} holds profile {manifest.profile.name!r}, not this one", []
-    expected = [(d.name, d.version, d.layer) for d in manifest.distributions]
-    dirs = [Path(manifest.dirs.native), Path(manifest.dirs.overlay)]
-    native = manifest.native.name if manifest.native else None
-    overlay = installed_in(manifest.generation, expected, dirs, native)
-    return overlay, f"generation {manifest.generation} under {root}", []
 
 
 def _evaluator(loaded: LoadedProfile) -> Any:
@@ -333,28 +240,31 @@ def _print_report(report: DoctorReport, loaded: LoadedProfile, notes: list[str])
 
 
 def cmd_doctor(args: argparse.Namespace) -> int:
-    from kvenv.model.loading import load_profile
+    from kvenv.env.applied import applied_state
+    from kvenv.model.loading import load_profile, recorded_host
     from kvenv.probe.doctor import diagnose
 
     loaded = load_profile(args.profile)
     host, source = _load_host(args.host, import_torch=args.import_torch, python=args.python)
-    recorded, recorded_note = _recorded(loaded)
-    overlay, overlay_note, extra = _overlay(loaded)
+    recorded = recorded_host(loaded)
+    applied = applied_state(loaded)
     report = diagnose(
         loaded.profile,
         host,
         host_source=source,
         strict=args.strict,
-        recorded=recorded,
-        overlay=overlay,
-        overlay_note=overlay_note,
+        recorded=recorded.snapshot,
+        overlay=applied.overlay,
+        overlay_note=applied.note,
         evaluate=_evaluator(loaded),
     )
-    if extra:
+    if applied.findings:
         import attrs
 
-        report = attrs.evolve(report, dependencies=(*(report.dependencies or ()), *extra))
-    notes = [recorded_note] if recorded_note else []
+        report = attrs.evolve(
+            report, dependencies=(*(report.dependencies or ()), *applied.findings)
+        )
+    notes = [recorded.missing] if recorded.missing else []
     notes += [f"snapshot: {n}" for n in host.notes] if args.host is None else []
     if args.json:
         data = report.to_json()
@@ -362,7 +272,7 @@ def cmd_doctor(args: argparse.Namespace) -> int:
         emit_json(data)
     else:
         _print_report(report, loaded, notes)
-    return 0 if report.compatible else 1
+    return EXIT_OK if report.compatible else EXIT_CHECK_FAILED
 
 
 # verify-gpus ---------------------------------------------------------------------------------
@@ -425,7 +335,7 @@ def cmd_verify_gpus(args: argparse.Namespace) -> int:
             out(f"fix: {finding.fix}")
         for note in notes:
             out(f"note: {note}")
-    return 0 if verdict == "PASS" else 1
+    return EXIT_OK if verdict == "PASS" else EXIT_CHECK_FAILED
 
 
 # verify-wheel, stage-wheel -------------------------------------------------------------------
@@ -439,7 +349,7 @@ def cmd_verify_wheel(args: argparse.Namespace) -> int:
         emit_json(check.to_json())
     else:
         out(f"{check.sha256}  {check.path.name}")
-    return 0
+    return EXIT_OK
 
 
 def cmd_stage_wheel(args: argparse.Namespace) -> int:
@@ -449,4 +359,4 @@ def cmd_stage_wheel(args: argparse.Namespace) -> int:
     check, dist_info = stage_wheel(Path(args.path), target, expected=args.sha256)
     out(f"{check.sha256}  {check.path.name}")
     out(f"staged without dependencies: {target} ({dist_info})")
-    return 0
+    return EXIT_OK

@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from kvenv.cli._io import emit_json, err, out
+from kvenv.cli.exitcodes import EXIT_CHECK_FAILED, EXIT_OK
 
 
 def register(sub: Any) -> None:
@@ -83,7 +84,7 @@ def _check(args: argparse.Namespace, loaded: Any) -> int:
     from kvenv.errors import CheckFailed, LockError
     from kvenv.lock.check import check_lock
     from kvenv.lock.pylock import read_lock
-    from kvenv.model.snapshot import read_snapshot
+    from kvenv.model.loading import recorded_host
 
     path: Path = args.output or loaded.lock_path
     if not path.is_file():
@@ -91,12 +92,11 @@ def _check(args: argparse.Namespace, loaded: Any) -> int:
             f"no lock file at {path}", hint=f"create it with `kvenv lock {loaded.profile.name}`"
         )
     lock = read_lock(path)
-    snapshot_path = loaded.snapshot_path
-    host = read_snapshot(snapshot_path) if snapshot_path is not None else None
+    host = recorded_host(loaded, must_exist=True).snapshot
     report = check_lock(loaded, lock, host)
     if args.json:
         emit_json(report.to_json())
-        return 0 if report.ok else 1
+        return EXIT_OK if report.ok else EXIT_CHECK_FAILED
     for reason in report.skipped:
         err(f"skipped: {reason}")
     if report.ok:
@@ -105,7 +105,7 @@ def _check(args: argparse.Namespace, loaded: Any) -> int:
             out(f"ok: {path} is valid and current ({count} packages); target checks skipped")
         else:
             out(f"ok: {path} is valid, complete and current ({count} packages)")
-        return 0
+        return EXIT_OK
     raise CheckFailed(
         f"lock check failed: {path}",
         problems=report.problems,
@@ -147,7 +147,7 @@ def _lock(args: argparse.Namespace, loaded: Any) -> int:
         write_lock(result.path, result.text)
     if args.json:
         emit_json(summary(result))
-        return 0
+        return EXIT_OK
     res = result.resolution
     state = "wrote" if result.changed else "unchanged"
     out(f"{state}: {result.path}")
@@ -160,4 +160,4 @@ def _lock(args: argparse.Namespace, loaded: Any) -> int:
             f"  note: the overlay shadows host {shadow.name} {shadow.host_version} "
             f"with {shadow.overlay_version}"
         )
-    return 0
+    return EXIT_OK

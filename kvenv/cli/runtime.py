@@ -8,10 +8,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from kvenv.cli._io import emit_json, err, out
-
-EXIT_OK = 0
-EXIT_INVALID = 1
-EXIT_INTERRUPTED = 130
+from kvenv.cli.exitcodes import EXIT_CHECK_FAILED, EXIT_INTERRUPTED, EXIT_OK
 
 
 def register(sub: Any) -> None:
@@ -147,7 +144,7 @@ def run_inspect(args: argparse.Namespace) -> int:
         emit_json(result.to_json())
     else:
         _print_inspection(result)
-    return EXIT_OK if result.valid else EXIT_INVALID
+    return EXIT_OK if result.valid else EXIT_CHECK_FAILED
 
 
 def _size(count: int) -> str:

@@ -95,7 +95,7 @@ def _entry_kind_problem(info: zipfile.ZipInfo) -> str | None:
 
 
 @attrs.frozen
-class _Plan:
+class _WheelFacts:
     """The validated facts about a wheel, gathered before anything is written."""
 
     name: str
@@ -140,7 +140,7 @@ def _bad(where: str, reason: str) -> IntegrityError:
     )
 
 
-def inspect_wheel(zf: zipfile.ZipFile, filename: str, protected: Iterable[str] = ()) -> _Plan:
+def inspect_wheel(zf: zipfile.ZipFile, filename: str, protected: Iterable[str] = ()) -> _WheelFacts:
     """Validate every entry of an open wheel; raise :class:`IntegrityError` on the first issue."""
     where = filename
     try:
@@ -211,7 +211,7 @@ def inspect_wheel(zf: zipfile.ZipFile, filename: str, protected: Iterable[str] =
             )
         if not first.endswith((".dist-info", ".pth")):
             top_level.add(first if "/" in site_path else first.split(".", 1)[0])
-    return _Plan(
+    return _WheelFacts(
         name=name,
         version=di_version or str(version),
         dist_info=dist_info,
@@ -469,7 +469,7 @@ class _Job:
     """What every member write of one wheel needs."""
 
     archive: _Archive
-    plan: _Plan
+    facts: _WheelFacts
     writer: _Writer
     root_scheme: str
     interpreter: str
@@ -489,14 +489,14 @@ def _check_row(job: _Job, verified: _Verified, path: str, row: _Row, label: str)
 
 
 def _install_member(job: _Job, info: zipfile.ZipInfo) -> _Row:
-    plan, label = job.plan, f"{job.archive.where}: {info.filename}"
+    facts, label = job.facts, f"{job.archive.where}: {info.filename}"
     path = info.filename
     scheme = job.root_scheme
-    if path.startswith(plan.data_dir + "/"):
-        scheme, _, path = path[len(plan.data_dir) + 1 :].partition("/")
+    if path.startswith(facts.data_dir + "/"):
+        scheme, _, path = path[len(facts.data_dir) + 1 :].partition("/")
     mode = info.external_attr >> 16
     executable = bool(mode and stat.S_ISREG(mode) and mode & 0o111)
-    expected = plan.records.get(info.filename, ("", "", -1))
+    expected = facts.records.get(info.filename, ("", "", -1))
     pieces: Iterable[bytes] = job.archive.pieces(info)
     verified: _Verified | None = None
     if job.verify and expected[0]:
@@ -536,7 +536,7 @@ def _entry_point_scripts(zf: zipfile.ZipFile, job: _Job) -> list[_Row]:
     from installer.scripts import Script
     from installer.utils import parse_entrypoints
 
-    name = f"{job.plan.dist_info}/entry_points.txt"
+    name = f"{job.facts.dist_info}/entry_points.txt"
     if name not in zf.NameToInfo:
         return []
     rows = []
@@ -549,10 +549,10 @@ def _entry_point_scripts(zf: zipfile.ZipFile, job: _Job) -> list[_Row]:
     return rows
 
 
-def _members(zf: zipfile.ZipFile, plan: _Plan) -> list[zipfile.ZipInfo]:
+def _members(zf: zipfile.ZipFile, facts: _WheelFacts) -> list[zipfile.ZipInfo]:
     """The members to write: files, less RECORD (written fresh) and ``__pycache__`` entries
     (a security risk that ``installer`` skips too)."""
-    record_path = f"{plan.dist_info}/RECORD"
+    record_path = f"{facts.dist_info}/RECORD"
     return [
         info
         for info in zf.infolist()
@@ -646,7 +646,7 @@ def install_wheel(
     except (OSError, zipfile.BadZipFile) as exc:
         raise IntegrityError(f"not a readable wheel: {wheel}: {exc}") from None
     with zf:
-        plan = inspect_wheel(zf, wheel.name, protected)
+        facts = inspect_wheel(zf, wheel.name, protected)
         try:
             WheelFile(zf).validate_record(validate_contents=False)
         except (InstallerError, ValueError) as exc:
@@ -658,19 +658,19 @@ def install_wheel(
             "platlib": str(target),
             "scripts": scripts,
             "data": os.path.abspath(data_dir) if data_dir else str(target),
-            "headers": os.path.join(include, plan.name),
+            "headers": os.path.join(include, facts.name),
         }
-        root = "purelib" if plan.root_is_purelib else "platlib"
+        root = "purelib" if facts.root_is_purelib else "platlib"
         writer = _Writer(schemes)
-        record_path = f"{plan.dist_info}/RECORD"
+        record_path = f"{facts.dist_info}/RECORD"
         try:
             fd = os.open(wheel, os.O_RDONLY | os.O_CLOEXEC)
             try:
                 archive = _Archive(wheel, fd, wheel.name)
-                waive = fold(plan.name) in {fold(n) for n in record_waivers}
+                waive = fold(facts.name) in {fold(n) for n in record_waivers}
                 job = _Job(
                     archive,
-                    plan,
+                    facts,
                     writer,
                     root,
                     python or sys.executable,
@@ -678,10 +678,10 @@ def install_wheel(
                     waive_record=waive,
                 )
                 rows = _entry_point_scripts(zf, job)
-                rows += _write_members(job, _members(zf, plan), jobs)
+                rows += _write_members(job, _members(zf, facts), jobs)
             finally:
                 os.close(fd)
-            installer_file = f"{plan.dist_info}/INSTALLER"
+            installer_file = f"{facts.dist_info}/INSTALLER"
             rows.append(writer.write(root, installer_file, (b"kvenv\n",), False))
             record = _record_text(rows, record_path, schemes, root).encode("utf-8")
             writer.write(root, record_path, (record,), False)
@@ -704,11 +704,11 @@ def install_wheel(
         sorted(os.path.basename(f) for f in files if _is_under(target, f, scripts))
     )
     return InstalledDist(
-        name=plan.name,
-        version=plan.version,
-        dist_info=plan.dist_info,
+        name=facts.name,
+        version=facts.version,
+        dist_info=facts.dist_info,
         record_digest="sha256:" + hashlib.sha256(record).hexdigest(),
-        top_level=plan.top_level,
+        top_level=facts.top_level,
         scripts=script_names,
         files=files,
         record_waived=tuple(sorted(job.waived, key=lambda m: m.file)),

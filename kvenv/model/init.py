@@ -1,18 +1,31 @@
-"""``kvenv init``: the text of a starter profile, commented for a team repository, optionally
-describing a live host (its ``[target]`` filled from a snapshot). Pure: writing is the CLI's."""
+"""``kvenv init``: a starter profile, commented for a team repository, optionally describing a
+live host (its ``[target]`` filled from a snapshot that is saved beside it).
+
+:func:`render_profile` is the text (pure); :func:`init_profile` is the transaction: check the
+name and that nothing would be overwritten, validate the text by loading it, then write the
+snapshot and the profile, each created exclusively so an existing file is never replaced.
+"""
 
 from __future__ import annotations
 
+import os
 import re
+from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
-from kvenv._util import tomlio
-from kvenv.model.loading import SCHEMA_LINE
-from kvenv.model.profile import DEFAULT_PROTECTED
-from kvenv.model.snapshot import HostSnapshot
+import attrs
 
-_OS = {"linux": "linux", "darwin": "darwin", "win32": "windows"}
+from kvenv._util import atomic, tomlio
+from kvenv.errors import InputError, ProfileError, UsageError
+from kvenv.model.fields import ProfileName, check
+from kvenv.model.loading import SCHEMA_LINE, find_profile, load_profile
+from kvenv.model.profile import DEFAULT_PROTECTED
+from kvenv.model.snapshot import HostSnapshot, write_snapshot
+from kvenv.model.target import target_from_host
+
 _DOTTED = re.compile(r"\d+(?:\.\d+)*")
+_PYTHON = re.compile(r"3\.\d+(?:\.\d+)?")
 
 NATIVE_EXAMPLE = """\
 # The pinned native wheel (immutable source + sha256). With `extends`, the parent's is used.
@@ -51,22 +64,22 @@ def _dotted(value: str | None) -> str | None:
     return match.group(0) if match else None
 
 
-def target_from_host(host: HostSnapshot) -> tuple[dict[str, Any], list[str]]:
-    """A ``[target]`` table describing ``host``, and notes on what could not be described."""
+def target_table(host: HostSnapshot) -> tuple[dict[str, Any], list[str]]:
+    """A ``[target]`` table describing ``host`` (:func:`~kvenv.model.target.target_from_host`,
+    with its GPUs, driver and CUDA), and notes on what could not be described."""
     notes: list[str] = []
+    base = target_from_host(host)
     target: dict[str, Any] = {}
-    version = re.match(r"3\.\d+(?:\.\d+)?", host.python.version)
+    version = _PYTHON.match(base.python)
     if version:
         target["python"] = version.group(0)
-    if host.python.implementation in ("cpython", "pypy"):
-        target["implementation"] = host.python.implementation
-    if host.python.abi:
-        target["abi"] = host.python.abi
-    if host.platform.os in _OS:
-        target["os"] = _OS[host.platform.os]
-    target["machine"] = host.platform.machine
-    if host.platform.libc == "glibc" and _dotted(host.platform.libc_version):
-        target["glibc"] = _dotted(host.platform.libc_version)
+    target["implementation"] = base.implementation
+    target["abi"] = str(base.abi)
+    target["os"] = base.os
+    target["machine"] = str(base.machine)
+    glibc = _dotted(base.glibc)
+    if glibc:
+        target["glibc"] = glibc
     driver = _dotted(host.driver.version if host.driver else None)
     if driver:
         target["driver_min"] = driver
@@ -126,7 +139,7 @@ def render_profile(
         head.append(f"extends = {_quote(extends)}")
     parts = ["\n".join(head) + "\n"]
     if host is not None:
-        target, notes = target_from_host(host)
+        target, notes = target_table(host)
         comment = "# The machine the overlay is for, described from the live host"
         when = f" ({host.taken_at})" if host.taken_at else ""
         lines = [comment + when + "."]
@@ -177,3 +190,83 @@ def _describe(host: HostSnapshot) -> str:
 
 def _quote(text: str) -> str:
     return tomlio.dumps({"v": text}).partition("=")[2].strip()
+
+
+@attrs.frozen
+class InitResult:
+    """What :func:`init_profile` wrote."""
+
+    profile: Path
+    snapshot: Path | None = None
+
+
+def init_profile(
+    name: str,
+    project: Path,
+    *,
+    extends: str | None = None,
+    host: Callable[[], HostSnapshot] | None = None,
+    today: str = "",
+) -> InitResult:
+    """Write ``profiles/NAME.toml`` under ``project`` (and, given ``host``, the snapshot it
+    returns as ``profiles/NAME.host.json``), never overwriting. ``host`` is called only once
+    every check has passed. Raises :class:`UsageError` for a bad name, :class:`InputError` for
+    a missing project or an existing file, :class:`ProfileError` when ``extends`` is not found
+    or the generated profile would not load (then nothing is written)."""
+    reason = check(ProfileName, name)
+    if reason:
+        raise UsageError(f"invalid profile name: {reason}")
+    if not project.is_dir():
+        raise InputError(f"project directory not found: {project}")
+    directory = project / "profiles"
+    path = directory / f"{name}.toml"
+    snap_rel = f"profiles/{name}.host.json"
+    snap_path = project / snap_rel
+    for existing in (path, snap_path) if host is not None else (path,):
+        if existing.exists():
+            raise InputError(
+                f"refusing to overwrite {existing}",
+                hint="kvenv init never overwrites; pick another NAME or remove the file",
+            )
+    if extends:
+        find_profile(extends, cwd=project)
+    snap = host() if host is not None else None
+    text = render_profile(
+        name,
+        extends=extends,
+        host=snap,
+        snapshot=snap_rel if snap is not None else None,
+        today=today,
+    )
+    directory.mkdir(parents=True, exist_ok=True)
+    _check_loads(text, directory / f".{name}.{os.getpid()}.init.toml", project)
+    if snap is not None:
+        try:
+            write_snapshot(snap_path, snap, exclusive=True)
+        except FileExistsError:
+            raise InputError(f"refusing to overwrite {snap_path}") from None
+    try:
+        atomic.write_text(path, text, exclusive=True)
+    except BaseException as exc:
+        if snap is not None:
+            snap_path.unlink(missing_ok=True)  # never a snapshot without its profile
+        if isinstance(exc, FileExistsError):
+            raise InputError(f"refusing to overwrite {path}") from None
+        raise
+    return InitResult(path, snap_path if snap is not None else None)
+
+
+def _check_loads(text: str, scratch: Path, project: Path) -> None:
+    """Load ``text`` as the profile it will be (from a scratch file beside it, removed after):
+    a profile kvenv writes must load."""
+    scratch.write_text(text, encoding="utf-8")
+    try:
+        load_profile(str(scratch.resolve()), cwd=project)
+    except ProfileError as exc:
+        raise ProfileError(
+            f"the generated profile would not load: {exc.message}",
+            problems=exc.problems,
+            hint="report this; nothing was written",
+        ) from None
+    finally:
+        scratch.unlink(missing_ok=True)

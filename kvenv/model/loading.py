@@ -1,4 +1,5 @@
-"""Finding, reading, merging (``extends``), checking and writing profiles.
+"""Finding, reading, merging (``extends``) and checking profiles, and reading the host snapshot
+a profile records.
 
 Discovery order for a reference that is not a path: ``./profiles/NAME.toml``, each directory
 in ``$KVENV_PROFILE_PATH``, then the built-ins shipped with kvenv.
@@ -10,25 +11,23 @@ import os
 import re
 from collections.abc import Iterator, Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import attrs
 
 from kvenv._util import tomlio
 from kvenv._util.resources import data_dir
-from kvenv.errors import InputError, Problem, ProfileError
+from kvenv.errors import InputError, Problem, ProfileError, ProfileNotReadable
 from kvenv.model import convert
 from kvenv.model.profile import HfSource, IndexSource, PathSource, Profile
+
+if TYPE_CHECKING:
+    from kvenv.model.snapshot import HostSnapshot
 
 DEFAULT_PROFILE = "kaggle-t4x2-cu128"
 SCHEMA_LINE = "#:schema ../schemas/profile.schema.json"
 ENV_PATH = "KVENV_PROFILE_PATH"
 ENV_DEFAULT = "KVENV_PROFILE"
-
-
-class ProfileNotReadable(ProfileError):
-    """A profile file (or a parent in its ``extends`` chain) is missing or is not TOML at all,
-    as opposed to a readable profile whose content is invalid."""
 
 
 @attrs.frozen
@@ -300,8 +299,8 @@ def _same_file(a: Path, b: Path) -> bool:
 
 
 def canonicalize_name(name: str) -> str:
-    """PEP 503 normalisation, as ``packaging.utils.canonicalize_name`` (kept local: importing
-    ``packaging.utils`` pulls in ``packaging.tags`` and costs CLI startup time)."""
+    """PEP 503 normalisation, as ``packaging.utils.canonicalize_name`` (written here because
+    importing ``packaging.utils`` pulls in ``packaging.tags`` and costs CLI startup time)."""
     return _SEPARATORS.sub("-", name).lower()
 
 
@@ -414,19 +413,6 @@ def dump_profile(profile: Profile, *, schema_line: str | None = SCHEMA_LINE) -> 
     return f"{schema_line}\n{text}" if schema_line else text
 
 
-def loads_profile(text: str, *, file: str = "<text>") -> Profile:
-    """Parse a single profile document (no ``extends`` resolution, no discovery)."""
-    raw = tomlio.loads(text, file=file)
-    try:
-        profile = convert.structure(raw, Profile, file=file, what="profile")
-    except InputError as exc:
-        raise ProfileError(exc.message, problems=exc.problems) from None
-    problems = check_profile(profile, file=file)
-    if problems:
-        raise ProfileError(f"invalid profile: {file}", problems=problems)
-    return profile
-
-
 def profile_digest(profile: Profile) -> str:
     """``sha256:`` of the profile's canonical JSON (after ``extends``), recorded in locks."""
     import hashlib
@@ -434,7 +420,30 @@ def profile_digest(profile: Profile) -> str:
 
     data = profile_to_dict(profile)
     if not data.get("overlay", {}).get("record_waivers", True):
-        # Added later: without waivers a profile keeps the digest its locks recorded.
+        # Without record waivers the field is left out of the hash: a profile that sets none
+        # has the digest its locks record whether or not they know the field.
         del data["overlay"]["record_waivers"]
     canonical = json.dumps(data, sort_keys=True, separators=(",", ":"))
     return "sha256:" + hashlib.sha256(canonical.encode()).hexdigest()
+
+
+@attrs.frozen
+class RecordedHost:
+    """The host snapshot a profile records (``[host] snapshot``), read, or why there is none."""
+
+    snapshot: HostSnapshot | None
+    missing: str | None = None  # why ``snapshot`` is None, in a sentence
+
+
+def recorded_host(loaded: LoadedProfile, *, must_exist: bool = False) -> RecordedHost:
+    """Read the host snapshot the profile names. None, with the reason, when it names none or
+    (unless ``must_exist``) when its file does not exist; a file that cannot be read as a
+    snapshot raises :class:`InputError`."""
+    from kvenv.model.snapshot import read_snapshot  # packaging.utils: not at CLI startup
+
+    path = loaded.snapshot_path
+    if path is None:
+        return RecordedHost(None, "the profile names no host snapshot")
+    if not must_exist and not path.exists():
+        return RecordedHost(None, f"the profile's host snapshot {path} does not exist")
+    return RecordedHost(read_snapshot(path))

@@ -1,5 +1,6 @@
 """The host snapshot model: what a machine provides, as ``kvenv fingerprint --save`` writes it
-and as a profile's ``host.snapshot`` names it. Pure records; probing lives in ``kvenv.probe``.
+and as a profile's ``host.snapshot`` names it: the records and their JSON file (read, written
+atomically); probing lives in ``kvenv.probe``.
 
 A distribution whose ``version`` is null is *present with an unknown version* (partial host
 knowledge): the resolver accepts it for any specifier and records the assumption in the lock,
@@ -16,7 +17,9 @@ from typing import Any, Literal
 import attrs
 from packaging.utils import canonicalize_name
 
+from kvenv._util import atomic
 from kvenv._util.jsonio import read_json
+from kvenv.errors import InputError
 from kvenv.model import convert
 from kvenv.model.fields import NonEmpty, PackageName, Pep440Version
 
@@ -128,6 +131,17 @@ def read_snapshot(path: Path) -> HostSnapshot:
 
 def dumps_snapshot(snapshot: HostSnapshot) -> str:
     return json.dumps(snapshot_to_dict(snapshot), indent=2, sort_keys=True) + "\n"
+
+
+def write_snapshot(path: Path, snapshot: HostSnapshot, *, exclusive: bool = False) -> None:
+    """Write ``snapshot`` to ``path`` atomically. ``exclusive`` refuses an existing file with
+    ``FileExistsError``; any other failure is an :class:`InputError`."""
+    try:
+        atomic.write_text(path, dumps_snapshot(snapshot), exclusive=exclusive)
+    except OSError as exc:
+        if exclusive and isinstance(exc, FileExistsError):
+            raise
+        raise InputError(f"cannot write the snapshot to {path}: {exc.strerror or exc}") from None
 
 
 def snapshot_digest(snapshot: HostSnapshot) -> str:

@@ -14,12 +14,15 @@ wheel tags. Pure: nothing of the machine running kvenv leaks in.
   the platforms are every compatible ``manylinux_2_N`` level from the target's glibc down
   (with the legacy ``manylinux2014``/``manylinux2010``/``manylinux1`` aliases), then
   ``linux_<machine>``. An explicit ``target.platforms`` list is used as given.
+
+:func:`target_from_host` is the one mapping from a host snapshot to a profile target.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from functools import cached_property
+from typing import Literal
 
 import attrs
 from packaging.markers import InvalidMarker, Marker, UndefinedComparison, UndefinedEnvironmentName
@@ -28,7 +31,9 @@ from packaging.utils import InvalidWheelFilename, parse_wheel_filename
 from packaging.version import InvalidVersion
 
 from kvenv.errors import InputError, Problem
+from kvenv.model.fields import DottedVersion, NonEmpty, PythonVersion
 from kvenv.model.profile import PURE_ABI, Target
+from kvenv.model.snapshot import HostSnapshot
 
 _SYS_PLATFORM = {"linux": "linux", "darwin": "darwin", "windows": "win32"}
 _PLATFORM_SYSTEM = {"linux": "Linux", "darwin": "Darwin", "windows": "Windows"}
@@ -226,4 +231,32 @@ def _default_platforms(target: Target, file: str | None) -> Sequence[str]:
                 fix='list them, e.g. platforms = ["macosx_14_0_arm64"]',
             )
         ],
+    )
+
+
+def target_from_host(host: HostSnapshot) -> Target:
+    """A profile target equal to the host (its Python, ABI, OS, machine and glibc; no GPU).
+
+    The OS is ``windows`` for ``win32``/``windows``, ``darwin`` for ``darwin``, else ``linux``;
+    a host that reports no ABI gets its implementation's default (``cp312``, ``pypy312``).
+    """
+    version = ".".join(host.python.version.split(".")[:3])
+    short = "".join(version.split(".")[:2])
+    implementation: Literal["cpython", "pypy"] = (
+        "pypy" if host.python.implementation == "pypy" else "cpython"
+    )
+    abi = host.python.abi or (f"cp{short}" if implementation == "cpython" else f"pypy{short}")
+    os_name: Literal["linux", "darwin", "windows"] = "linux"
+    if host.platform.os == "darwin":
+        os_name = "darwin"
+    elif host.platform.os in ("win32", "windows"):
+        os_name = "windows"
+    glibc = host.platform.libc_version if host.platform.libc == "glibc" else None
+    return Target(
+        python=PythonVersion(version),
+        abi=NonEmpty(abi),
+        implementation=implementation,
+        os=os_name,
+        machine=NonEmpty(host.platform.machine),
+        glibc=DottedVersion(glibc) if glibc else None,
     )

@@ -29,11 +29,12 @@ from kvenv.env.manifest import manifest_from_dict
 from kvenv.env.wheelinstall import install_wheel
 from kvenv.errors import KvenvError
 from kvenv.lock.pylock import parse_lock
-from kvenv.model.loading import loads_profile
 from kvenv.model.snapshot import snapshot_from_dict
 from kvenv.probe.nvidia import parse_banner, parse_proc_version, parse_query, parse_sys_version
-from kvenv.runtime.safetensors_header import HeaderError, header_bytes, parse_header
+from kvenv.runtime.safetensors_header import HeaderError, parse_header
 from tests.support.hardening import record_figures
+from tests.support.profiles import loads_profile
+from tests.support.safetensors_files import header_bytes
 from tests.support.wheels import build_wheel
 
 SCALARS = st.one_of(

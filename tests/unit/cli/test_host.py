@@ -389,7 +389,7 @@ def test_no_gpu_tools_at_all(tmp_path: Path) -> None:
 
 def test_init_from_the_recorded_kaggle_host_reproduces_the_builtin_target() -> None:
     from kvenv.model.init import render_profile
-    from kvenv.model.loading import loads_profile
+    from tests.support.profiles import loads_profile
 
     builtin = load_profile("kaggle-t4x2-cu128").profile
     text = render_profile(

@@ -11,14 +11,15 @@ import pytest
 import tomli_w
 
 from kvenv._util import tomlio
-from kvenv.errors import ProfileError
+from kvenv.errors import InputError, ProfileError, ProfileNotReadable
 from kvenv.model.loading import (
     DEFAULT_PROFILE,
-    ProfileNotReadable,
+    RecordedHost,
     builtin_dir,
     default_profile_ref,
     iter_profiles,
     load_profile,
+    recorded_host,
 )
 from tests.support.paths import REPO
 
@@ -274,3 +275,35 @@ def test_a_child_may_set_its_own_relative_paths(here: Path) -> None:
     loaded = load_profile("own")
     assert loaded.snapshot_path == here / "snapshots" / "own.json"
     assert loaded.lock_path == here / "locks" / "own.toml"
+
+
+# --- the recorded host snapshot ------------------------------------------------------------
+
+
+def test_recorded_host_reads_the_snapshot_the_profile_names(here: Path) -> None:
+    recorded = recorded_host(load_profile(DEFAULT_PROFILE))
+    assert recorded.missing is None
+    assert recorded.snapshot is not None and recorded.snapshot.python.abi == "cp312"
+
+
+def test_recorded_host_says_why_there_is_none(here: Path) -> None:
+    host = {"protected": ["torch"]}
+    write(here / "profiles" / "bare.toml", name="bare", host=host)
+    assert recorded_host(load_profile("bare")) == RecordedHost(
+        None, "the profile names no host snapshot"
+    )
+    write(here / "profiles" / "gone.toml", name="gone", host={**host, "snapshot": "no/such.json"})
+    loaded = load_profile("gone")
+    recorded = recorded_host(loaded)
+    assert recorded.snapshot is None
+    assert recorded.missing == f"the profile's host snapshot {here}/no/such.json does not exist"
+    with pytest.raises(InputError, match="host snapshot not found"):
+        recorded_host(loaded, must_exist=True)
+
+
+def test_recorded_host_refuses_a_broken_snapshot(here: Path) -> None:
+    write_raw(here / "snap.json", "{not json")
+    host = {"protected": ["torch"], "snapshot": "snap.json"}
+    write(here / "profiles" / "broken.toml", name="broken", host=host)
+    with pytest.raises(InputError, match="not valid JSON"):
+        recorded_host(load_profile("broken"))

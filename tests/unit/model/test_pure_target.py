@@ -6,11 +6,12 @@ import attrs
 import pytest
 
 from kvenv.errors import ProfileError
-from kvenv.model.loading import load_profile, loads_profile
+from kvenv.model.loading import load_profile
 from kvenv.model.profile import Target
 from kvenv.model.snapshot import HostSnapshot, PlatformInfo, PythonInfo
 from kvenv.model.target import TargetEnv
 from kvenv.probe.checks import check_host
+from tests.support.profiles import loads_profile
 
 PURE = Target(python="3.10", abi="none")
 

@@ -3,13 +3,16 @@ running machine's."""
 
 from __future__ import annotations
 
+import attrs
 import pytest
 from packaging.markers import Marker
 from packaging.tags import Tag
 
 from kvenv.errors import InputError
 from kvenv.model.profile import Target
-from kvenv.model.target import TargetEnv, manylinux_platforms
+from kvenv.model.snapshot import HostSnapshot, read_snapshot
+from kvenv.model.target import TargetEnv, manylinux_platforms, target_from_host
+from tests.support.paths import REPO
 
 
 def kaggle() -> TargetEnv:
@@ -126,3 +129,45 @@ def test_environment_marker_holds_on_the_target_only() -> None:
     assert target.evaluate(marker)
     other = TargetEnv.from_profile_target(Target(python="3.11.4", abi="cp311", glibc="2.35"))
     assert not other.evaluate(marker)
+
+
+# --- the target of a host ------------------------------------------------------------------
+
+KAGGLE_HOST = REPO / "profiles" / "kaggle-t4x2-cu128.host.json"
+
+
+def _host(**platform: str) -> HostSnapshot:
+    host = read_snapshot(KAGGLE_HOST)
+    return attrs.evolve(host, platform=attrs.evolve(host.platform, **platform))
+
+
+def test_target_from_host_describes_the_kaggle_host() -> None:
+    target = target_from_host(read_snapshot(KAGGLE_HOST))
+    assert target == Target(
+        python="3.12.13", abi="cp312", implementation="cpython", os="linux", glibc="2.35"
+    )
+
+
+@pytest.mark.parametrize(
+    ("os_name", "expected"),
+    [
+        ("linux", "linux"),
+        ("darwin", "darwin"),
+        ("win32", "windows"),
+        ("windows", "windows"),
+        ("freebsd14", "linux"),
+    ],
+)
+def test_target_from_host_maps_the_os(os_name: str, expected: str) -> None:
+    assert target_from_host(_host(os=os_name)).os == expected
+
+
+def test_target_from_host_without_an_abi_takes_the_implementations_default() -> None:
+    host = read_snapshot(KAGGLE_HOST)
+    cpython = attrs.evolve(host, python=attrs.evolve(host.python, abi=None))
+    assert target_from_host(cpython).abi == "cp312"
+    pypy = attrs.evolve(cpython, python=attrs.evolve(cpython.python, implementation="pypy"))
+    assert (target_from_host(pypy).implementation, target_from_host(pypy).abi) == (
+        "pypy",
+        "pypy312",
+    )

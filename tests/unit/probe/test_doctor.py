@@ -11,6 +11,7 @@ from packaging.markers import Marker
 
 from kvenv._util import atomic
 from kvenv.cli import main
+from kvenv.env.applied import applied_state
 from kvenv.env.manifest import (
     Activation,
     GenerationDirs,
@@ -235,3 +236,35 @@ def test_cli_doctor_with_unreadable_applied_state(
     assert code == 1
     assert "is unreadable" in text
     assert "Traceback" not in text
+
+
+def test_applied_state_of_a_root(project: Path) -> None:
+    root = project / "root"
+    loaded = load_profile("team-t4", cwd=project)
+    applied = applied_state(loaded)
+    assert applied.note == f"generation g1 under {root}" and applied.findings == ()
+    assert applied.overlay is not None and "xgrammar" in applied.overlay.installed
+
+    other = project / "profiles" / "other.toml"
+    other.write_text(other_profile(root))
+    applied = applied_state(load_profile(str(other), cwd=project))
+    assert (applied.overlay, applied.note) == (
+        None,
+        f"{root} holds profile 'team-t4', not this one",
+    )
+
+    (root / "current.json").write_text("{not json")
+    applied = applied_state(loaded)
+    assert (
+        applied.overlay is None and applied.note == f"the applied state under {root} is unreadable"
+    )
+    assert [(f.distribution, f.status) for f in applied.findings] == [("(manifest)", "error")]
+
+    (root / "current.json").unlink()
+    applied = applied_state(loaded)
+    assert (applied.overlay, applied.findings) == (None, ())
+    assert applied.note == f"no overlay applied (nothing under {root})"
+
+
+def other_profile(root: Path) -> str:
+    return f'schema = 1\nname = "other"\nextends = "kaggle-t4x2-cu128"\n[paths]\nroot = "{root}"\n'
