@@ -12,7 +12,7 @@ import pytest
 
 from kvenv._util import tomlio
 from kvenv._util.resources import data_dir
-from kvenv.cli import main
+from kvenv.cli import main, schemas
 from kvenv.errors import UsageError
 from kvenv.model import fields, schema
 from kvenv.model.loading import SCHEMA_LINE
@@ -22,32 +22,32 @@ from tests.support.paths import REPO
 ROOT = REPO
 
 
-@pytest.mark.parametrize("name", sorted(schema.SCHEMAS))
+@pytest.mark.parametrize("name", sorted(schemas.SCHEMAS))
 def test_committed_schema_equals_generated(name: str) -> None:
     committed = ROOT / "schemas" / f"{name}.schema.json"
     assert committed.is_file(), f"run: kvenv schema {name} > schemas/{name}.schema.json"
-    assert committed.read_text(encoding="utf-8") == schema.dumps(schema.generate(name)), (
+    assert committed.read_text(encoding="utf-8") == schema.dumps(schemas.generate(name)), (
         f"schemas/{name}.schema.json is stale; regenerate it with: "
         f"kvenv schema {name} > schemas/{name}.schema.json"
     )
 
 
-@pytest.mark.parametrize("name", sorted(schema.SCHEMAS))
+@pytest.mark.parametrize("name", sorted(schemas.SCHEMAS))
 def test_cli_prints_the_same_document(name: str, capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["schema", name]) == 0
-    assert capsys.readouterr().out == schema.dumps(schema.generate(name))
+    assert capsys.readouterr().out == schema.dumps(schemas.generate(name))
 
 
 def test_unknown_schema_is_a_usage_error(capsys: pytest.CaptureFixture[str]) -> None:
     with pytest.raises(UsageError):
-        schema.generate("nope")
+        schemas.generate("nope")
     assert main(["schema", "nope"]) == 2
-    assert "known schemas: " + ", ".join(sorted(schema.SCHEMAS)) in capsys.readouterr().err
+    assert "known schemas: " + ", ".join(sorted(schemas.SCHEMAS)) in capsys.readouterr().err
 
 
 def test_every_schema_is_draft_2020_12_with_closed_objects() -> None:
-    for name in schema.SCHEMAS:
-        document = schema.generate(name)
+    for name in schemas.SCHEMAS:
+        document = schemas.generate(name)
         assert document["$schema"] == "https://json-schema.org/draft/2020-12/schema"
         objects = [document, *document.get("$defs", {}).values()]
         for obj in objects:
@@ -59,8 +59,10 @@ def test_every_schema_is_draft_2020_12_with_closed_objects() -> None:
 
 
 def test_builtin_profile_validates_and_names_its_schema() -> None:
-    profile_schema = schema.generate("profile")
-    for path in sorted(data_dir("profiles").glob("*.toml")):
+    profile_schema = schemas.generate("profile")
+    paths = sorted(data_dir("profiles").glob("*.toml"))
+    assert {p.name for p in paths} >= {"demo.toml", "kaggle-t4x2-cu128.toml"}, paths
+    for path in paths:
         assert validate(tomlio.read(path), profile_schema) == [], path
         assert path.read_text(encoding="utf-8").splitlines()[0] == SCHEMA_LINE
         target = (path.parent / SCHEMA_LINE.split(" ", 1)[1]).resolve()
@@ -68,13 +70,15 @@ def test_builtin_profile_validates_and_names_its_schema() -> None:
 
 
 def test_builtin_host_snapshot_validates() -> None:
-    host_schema = schema.generate("host")
-    for path in sorted(data_dir("profiles").glob("*.host.json")):
+    host_schema = schemas.generate("host")
+    paths = sorted(data_dir("profiles").glob("*.host.json"))
+    assert {p.name for p in paths} >= {"kaggle-t4x2-cu128.host.json"}, paths
+    for path in paths:
         assert validate(json.loads(path.read_text(encoding="utf-8")), host_schema) == [], path
 
 
 def test_patterns_and_bounds_come_from_fields() -> None:
-    defs = schema.generate("profile")["$defs"]
+    defs = schemas.generate("profile")["$defs"]
     revision = defs["HfSource"]["properties"]["revision"]
     assert revision["pattern"] == f"^(?:{fields.PATTERNS[fields.Revision][0]})$"
     assert defs["Gpu"]["properties"]["count"] == {"type": "integer", "minimum": 1}
@@ -85,7 +89,7 @@ def test_patterns_and_bounds_come_from_fields() -> None:
 
 
 def test_tagged_union_is_one_of_with_const_kind() -> None:
-    document = schema.generate("profile")
+    document = schemas.generate("profile")
     source = document["$defs"]["Native"]["properties"]["source"]
     refs = [s["$ref"].rsplit("/", 1)[1] for s in source["oneOf"]]
     assert refs == ["HfSource", "UrlSource", "PathSource", "IndexSource"]
