@@ -9,11 +9,10 @@ from __future__ import annotations
 import argparse
 import functools
 import sys
-import threading
-import time
 from typing import TYPE_CHECKING, Any
 
-from kvenv.cli._io import emit_json, err, out
+from kvenv.cli._io import TerminalProgress, emit_json, err, out
+from kvenv.cli.exitcodes import EXIT_CHECK_FAILED, EXIT_CONFLICT, EXIT_OK
 
 if TYPE_CHECKING:
     from kvenv.lock.input import LockInput
@@ -126,40 +125,9 @@ def _host(snapshot: str | None) -> HostSnapshot:
 
 
 def _recorded(loaded: LoadedProfile) -> HostSnapshot | None:
-    from kvenv.model.snapshot import read_snapshot
+    from kvenv.model.loading import recorded_host
 
-    path = loaded.snapshot_path
-    return read_snapshot(path) if path is not None and path.exists() else None
-
-
-class _Progress:
-    """One status line on stderr, only when stdout is a terminal."""
-
-    def __init__(self) -> None:
-        self.enabled = sys.stdout.isatty() and sys.stderr.isatty()
-        self._lock = threading.Lock()
-        self._last = 0.0
-        self._totals: dict[str, tuple[int, int | None]] = {}
-
-    def __call__(self, label: str, done: int, total: int | None) -> None:
-        if not self.enabled:
-            return
-        with self._lock:
-            self._totals[label] = (done, total)
-            now = time.monotonic()
-            if now - self._last < 0.1:
-                return
-            self._last = now
-            got = sum(d for d, _ in self._totals.values())
-            known = sum(t or 0 for _, t in self._totals.values())
-            text = f"fetching {len(self._totals)} file(s): {got / 1e6:.1f}/{known / 1e6:.1f} MB"
-            sys.stderr.write("\r" + text[:100].ljust(100))
-            sys.stderr.flush()
-
-    def close(self) -> None:
-        if self.enabled and self._totals:
-            sys.stderr.write("\r" + " " * 100 + "\r")
-            sys.stderr.flush()
+    return recorded_host(loaded).snapshot
 
 
 # -- plan --------------------------------------------------------------------------------------
@@ -208,7 +176,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
         emit_json(plan_to_dict(plan))
     else:
         _render_plan(plan)
-    return 0 if plan.compatible else 3
+    return EXIT_OK if plan.compatible else EXIT_CONFLICT
 
 
 # -- apply -------------------------------------------------------------------------------------
@@ -237,11 +205,11 @@ def cmd_apply(args: argparse.Namespace) -> int:
         done = noop_fast(loaded, locations, host, recorded)
         if done is not None:
             out(f"already up to date: generation {done[0]} in {locations.root}; nothing to do")
-            return 0
+            return EXIT_OK
     plan = plan_apply(
         loaded, _lock(loaded), host(), locations, strict=args.strict, recorded=recorded()
     )
-    progress = _Progress()
+    progress = TerminalProgress("fetching", enabled=sys.stdout.isatty() and sys.stderr.isatty())
     options = ApplyOptions(
         offline=args.offline or bundle is not None,
         bundle=bundle,
@@ -269,7 +237,7 @@ def cmd_apply(args: argparse.Namespace) -> int:
                 "plan": plan_to_dict(result.plan),
             }
         )
-        return 0
+        return EXIT_OK
     if result.status == "dry-run":
         _render_plan(result.plan)
         out("dry-run: nothing was downloaded, installed or changed")
@@ -283,7 +251,7 @@ def cmd_apply(args: argparse.Namespace) -> int:
         for warning in result.warnings:
             err(f"warning: {warning}")
         out(f'activate with: eval "$(kvenv activate {loaded.profile.name})"')
-    return 0
+    return EXIT_OK
 
 
 # -- activate ----------------------------------------------------------------------------------
@@ -313,7 +281,7 @@ def cmd_activate(args: argparse.Namespace) -> int:
     manifest = read_manifest(path, root=root)
     activation = activation_for(manifest)
     sys.stdout.write(render(activation, args.shell, manifest_path=str(path)))
-    return 0
+    return EXIT_OK
 
 
 # -- status and verify -------------------------------------------------------------------------
@@ -352,17 +320,17 @@ def cmd_status(args: argparse.Namespace) -> int:
             )
     if args.json:
         emit_json(data)
-        return 0
+        return EXIT_OK
     out(f"profile: {data['profile']}")
     out(f"root: {data['root']}")
     if not data["applied"]:
         out("applied: nothing (run `kvenv apply`)")
-        return 0
+        return EXIT_OK
     out(f"generation: {data['generation']} (applied {data['applied_at']})")
     out(f"distributions: {data['distributions']}")
     state = "yes" if data["current"] else "no: profile, lock or native wheel changed; run apply"
     out(f"current: {state}")
-    return 0
+    return EXIT_OK
 
 
 def cmd_verify(args: argparse.Namespace) -> int:
@@ -387,14 +355,14 @@ def cmd_verify(args: argparse.Namespace) -> int:
                 "shadowed": shadowed(manifest),
             }
         )
-        return 1 if drifts else 0
+        return EXIT_CHECK_FAILED if drifts else EXIT_OK
     if drifts:
         raise drift_error(drifts)
     files = sum(1 for _ in manifest.distributions)
     out(f"verified generation {manifest.generation}: {files} distributions match their RECORD")
     for line in shadowed(manifest):
         out(f"note: {line}")
-    return 0
+    return EXIT_OK
 
 
 # -- reset -------------------------------------------------------------------------------------
@@ -424,7 +392,7 @@ def cmd_reset(args: argparse.Namespace) -> int:
             )
         if not args.json:
             out("dry-run: nothing was removed")
-        return 0
+        return EXIT_OK
     if is_owned(locations.root):
         with RootLock(locations, wait=True, on_wait=err):
             removed = execute_reset(plan)
@@ -432,8 +400,8 @@ def cmd_reset(args: argparse.Namespace) -> int:
         removed = execute_reset(plan)
     if args.json:
         emit_json({"root": plan.root, "dry_run": False, "targets": rows, "removed": removed})
-        return 0
+        return EXIT_OK
     for path in removed:
         out(f"removed {path}")
     out(f"reset complete; cache preserved: {plan.cache}" if not args.purge_cache else "reset done")
-    return 0
+    return EXIT_OK

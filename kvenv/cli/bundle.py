@@ -7,12 +7,11 @@ from __future__ import annotations
 
 import argparse
 import sys
-import threading
-import time
 from pathlib import Path
 from typing import Any
 
-from kvenv.cli._io import emit_json, out
+from kvenv.cli._io import TerminalProgress, emit_json, out
+from kvenv.cli.exitcodes import EXIT_OK
 
 
 def register(sub: Any) -> None:
@@ -51,7 +50,7 @@ def _make(args: argparse.Namespace) -> int:
     from kvenv.model.loading import load_profile
 
     loaded = load_profile(args.profile)
-    progress = _Progress() if sys.stderr.isatty() and not args.json else None
+    progress = TerminalProgress("bundling", enabled=sys.stderr.isatty() and not args.json)
     try:
         info = make_bundle(
             loaded,
@@ -64,17 +63,16 @@ def _make(args: argparse.Namespace) -> int:
             find_links=args.find_links,
         )
     finally:
-        if progress is not None:
-            progress.finish()
+        progress.close()
     if args.json:
         emit_json(info.to_json())
-        return 0
+        return EXIT_OK
     total = sum(item.size for item in info.artifacts)
     out(f"bundle for {info.index.profile.name} written to {info.root}")
     wheels, files = len(info.artifacts), len(info.sums)
     out(f"  {wheels} wheel(s), {total / 1e6:.1f} MB; {files} files in SHA256SUMS")
     out(f"  install offline with: kvenv apply --offline --from {info.root}")
-    return 0
+    return EXIT_OK
 
 
 def _verify(directory: Path, *, as_json: bool) -> int:
@@ -89,30 +87,4 @@ def _verify(directory: Path, *, as_json: bool) -> int:
         emit_json(info.to_json())
     else:
         out(f"bundle {info.root}: {len(info.sums)} files match SHA256SUMS")
-    return 0
-
-
-class _Progress:
-    """One status line on a terminal (stderr), redrawn at most ten times a second."""
-
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._done: dict[str, tuple[int, int | None]] = {}
-        self._last = 0.0
-
-    def __call__(self, label: str, done: int, total: int | None) -> None:
-        with self._lock:
-            self._done[label] = (done, total)
-            now = time.monotonic()
-            if now - self._last < 0.1:
-                return
-            self._last = now
-            got = sum(d for d, _ in self._done.values())
-            finished = sum(1 for d, t in self._done.values() if t is not None and d >= t)
-            sys.stderr.write(f"\r  {finished}/{len(self._done)} files, {got / 1e6:.1f} MB ")
-            sys.stderr.flush()
-
-    def finish(self) -> None:
-        with self._lock:
-            if self._done:
-                sys.stderr.write("\n")
+    return EXIT_OK

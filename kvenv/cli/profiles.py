@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from kvenv.cli._io import emit_json, out
+from kvenv.cli.exitcodes import EXIT_BAD_INPUT, EXIT_CHECK_FAILED, EXIT_OK
 
 if TYPE_CHECKING:
     from kvenv.model.loading import LoadedProfile
@@ -64,15 +65,15 @@ def cmd_profiles(args: argparse.Namespace) -> int:
         rows.append(row)
     if args.json:
         emit_json({"profiles": rows})
-        return 0
+        return EXIT_OK
     if not rows:
         out("no profiles found")
-        return 0
+        return EXIT_OK
     name_width = max(len(r["name"]) for r in rows)
     origin_width = max(len(r["origin"]) for r in rows)
     for r in rows:
         out(f"{r['name']:<{name_width}}  {r['origin']:<{origin_width}}  {r['description']}")
-    return 0
+    return EXIT_OK
 
 
 def cmd_show(args: argparse.Namespace) -> int:
@@ -97,7 +98,7 @@ def cmd_show(args: argparse.Namespace) -> int:
     else:
         for line in _summary(loaded):
             out(line)
-    return 0
+    return EXIT_OK
 
 
 def _summary(loaded: LoadedProfile) -> list[str]:
@@ -161,15 +162,17 @@ def _summary(loaded: LoadedProfile) -> list[str]:
 
 
 def _source(source: Any) -> str:
+    from kvenv._util.redact import redact_url
+
     kind = source.kind
     if kind == "hf":
         where = "" if source.repo_type == "model" else f" ({source.repo_type})"
         return f"hf {source.repo}{where} @ {source.revision}: {source.filename}"
     if kind == "url":
-        return f"url {source.url}"
+        return f"url {redact_url(source.url)}"
     if kind == "path":
         return f"path {source.path}"
-    index = source.index_url or "the default index"
+    index = redact_url(source.index_url) if source.index_url else "the default index"
     return f"index {index}" + (f": {source.filename}" if source.filename else "")
 
 
@@ -180,9 +183,8 @@ def _toml_scalar(value: object) -> str:
 
 
 def cmd_validate(args: argparse.Namespace) -> int:
-    from kvenv.cli import EXIT_BAD_INPUT, EXIT_CHECK_FAILED, EXIT_OK
-    from kvenv.errors import ProfileError
-    from kvenv.model.loading import ProfileNotReadable, default_profile_ref, load_profile
+    from kvenv.errors import ProfileError, ProfileNotReadable
+    from kvenv.model.loading import default_profile_ref, load_profile
 
     refs: list[str] = args.profiles or [default_profile_ref()]
     results: list[dict[str, Any]] = []
@@ -224,7 +226,8 @@ def cmd_validate(args: argparse.Namespace) -> int:
 
 
 def cmd_schema(args: argparse.Namespace) -> int:
-    from kvenv.model import schema
+    from kvenv.cli.schemas import generate
+    from kvenv.model.schema import dumps
 
-    out(schema.dumps(schema.generate(args.name)).rstrip("\n"))
-    return 0
+    out(dumps(generate(args.name)).rstrip("\n"))
+    return EXIT_OK

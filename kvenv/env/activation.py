@@ -24,7 +24,10 @@ from kvenv._util.importnames import import_name_of, protected_import_names
 from kvenv.env.manifest import Activation, Manifest, path_inside
 from kvenv.errors import InputError, IntegrityError, RuntimeNotReady, UsageError
 
+SHIMS = {"sh": "bash", "fish": "fish", "ps1": "pwsh"}
+
 if TYPE_CHECKING:  # activation is on the hot path: import only what it runs
+    from kvenv.model.locations import Locations
     from kvenv.model.snapshot import HostSnapshot
 
 Shell = Literal["bash", "zsh", "fish", "pwsh", "json"]
@@ -206,6 +209,45 @@ def render(activation: Activation, shell: str, *, manifest_path: str | None = No
         else:
             lines.append(f"$env:{name} = {_pwsh_quote(value)}")
     return "\n".join(lines) + "\n"
+
+
+# -- activation scripts of a root ---------------------------------------------------------
+
+
+def shim_texts(locations: Locations, manifest: Manifest) -> dict[Path, str]:
+    """``<root>/activate.{sh,fish,ps1}`` and their text for the generation of ``manifest``."""
+    from kvenv.env.root import manifest_path
+
+    where = str(manifest_path(locations.root, manifest.generation))
+    texts: dict[Path, str] = {}
+    for suffix, shell in SHIMS.items():
+        text = f"# kvenv activation for generation {manifest.generation}; generated, do not edit\n"
+        texts[locations.root / f"activate.{suffix}"] = text + render(
+            manifest.activation, shell, manifest_path=where
+        )
+    return texts
+
+
+def shims_current(locations: Locations, manifest: Manifest) -> bool:
+    """Whether the activation scripts are exactly what :func:`write_shims` would write."""
+    for path, text in shim_texts(locations, manifest).items():
+        try:
+            if path.read_text(encoding="utf-8") != text:
+                return False
+        except (OSError, UnicodeDecodeError):
+            return False
+    return True
+
+
+def write_shims(locations: Locations, manifest: Manifest) -> None:
+    """Write the activation scripts for the current generation (each replaced atomically;
+    unchanged files are left alone)."""
+    for path, text in shim_texts(locations, manifest).items():
+        if path.is_file() and path.read_text(encoding="utf-8") == text:
+            continue
+        from kvenv._util import atomic
+
+        atomic.write_text(path, text, durable=False)
 
 
 # -- in-process --------------------------------------------------------------------------------

@@ -25,6 +25,8 @@ from typing import TYPE_CHECKING, Literal
 import attrs
 
 from kvenv import __version__
+from kvenv._util.progress import Progress
+from kvenv.env.activation import shims_current, write_shims
 from kvenv.env.manifest import (
     GenerationDirs,
     HostPackage,
@@ -49,9 +51,7 @@ from kvenv.env.root import (
     owner_file,
     read_pointer,
     remove_generations,
-    shims_current,
     switch,
-    write_shims,
 )
 from kvenv.errors import ConflictError, InputError, Problem
 from kvenv.fetch.bundle import BundleInfo
@@ -75,7 +75,6 @@ if TYPE_CHECKING:  # the store is imported when a step needs it (start-up time)
 
 KILL_ENV = "KVENV_TEST_KILL_AT"
 
-Progress = Callable[[str, int, int | None], None]
 Status = Literal["applied", "up-to-date", "dry-run"]
 
 

@@ -5,7 +5,7 @@ Every name below is kvenv's; nothing else in a root is touched::
     <root>/.kvenv-root                    ownership marker (a root without it is not kvenv's)
     <root>/.kvenv.lock                    file lock serialising applies (+ .kvenv.lock.owner)
     <root>/current.json                   {"generation": ID, "previous": ID}: THE switch
-    <root>/activate.sh|.fish|.ps1         activation scripts of the current generation
+    <root>/activate.sh|.fish|.ps1         activation scripts (written by kvenv.env.activation)
     <root>/generations/<ID>/native/       the native wheel (hard links from the store)
     <root>/generations/<ID>/overlay/      the overlay wheels
     <root>/generations/<ID>/bin/          console scripts, shebang = the host interpreter
@@ -40,7 +40,6 @@ from kvenv.model.locations import LOCK_NAME, ROOT_MARKER, Locations
 POINTER_NAME = "current.json"
 OWNER_SUFFIX = ".owner"
 GENERATIONS = "generations"
-SHIMS = {"sh": "bash", "fish": "fish", "ps1": "pwsh"}
 OWN_NAMES = frozenset({ROOT_MARKER, LOCK_NAME, LOCK_NAME + OWNER_SUFFIX})
 
 
@@ -240,40 +239,3 @@ def dirs_present(manifest: Manifest) -> bool:
     """Whether the generation's native, overlay and bin directories all exist."""
     dirs = manifest.dirs
     return all(os.path.isdir(d) for d in (dirs.native, dirs.overlay, dirs.bin))
-
-
-# -- activation scripts ------------------------------------------------------------------------
-
-
-def shim_texts(locations: Locations, manifest: Manifest) -> dict[Path, str]:
-    """``<root>/activate.{sh,fish,ps1}`` and their text for the generation of ``manifest``."""
-    from kvenv.env.activation import render
-
-    where = str(manifest_path(locations.root, manifest.generation))
-    texts: dict[Path, str] = {}
-    for suffix, shell in SHIMS.items():
-        text = f"# kvenv activation for generation {manifest.generation}; generated, do not edit\n"
-        texts[locations.root / f"activate.{suffix}"] = text + render(
-            manifest.activation, shell, manifest_path=where
-        )
-    return texts
-
-
-def shims_current(locations: Locations, manifest: Manifest) -> bool:
-    """Whether the activation scripts are exactly what :func:`write_shims` would write."""
-    for path, text in shim_texts(locations, manifest).items():
-        try:
-            if path.read_text(encoding="utf-8") != text:
-                return False
-        except (OSError, UnicodeDecodeError):
-            return False
-    return True
-
-
-def write_shims(locations: Locations, manifest: Manifest) -> None:
-    """Write the activation scripts for the current generation (each replaced atomically;
-    unchanged files are left alone)."""
-    for path, text in shim_texts(locations, manifest).items():
-        if path.is_file() and path.read_text(encoding="utf-8") == text:
-            continue
-        atomic.write_text(path, text, durable=False)

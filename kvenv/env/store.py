@@ -44,6 +44,7 @@ from typing import Any
 import attrs
 
 from kvenv._util.importnames import fold, import_name_of, protected_import_names
+from kvenv._util.progress import Progress
 from kvenv.env.manifest import FileConflict, Layer
 from kvenv.env.wheelinstall import InstalledDist, install_wheel
 from kvenv.errors import InputError, InstallError, IntegrityError
@@ -74,9 +75,6 @@ class _Marker:
     format: int
     sha256: str
     dist: InstalledDist
-
-
-Progress = Callable[[str, int, int], None]
 
 
 def entry_dir(store: Path, sha256: str) -> Path:

@@ -8,7 +8,8 @@ paths; the cache in :mod:`kvenv.fetch.cache`. Importing this package imports nei
 
 from __future__ import annotations
 
+from kvenv._util.progress import Progress
 from kvenv.fetch.cache import ArtifactCache, default_cache_root
-from kvenv.fetch.core import Progress, fetch_all
+from kvenv.fetch.core import LocalFiles, fetch_all
 
-__all__ = ["ArtifactCache", "Progress", "default_cache_root", "fetch_all"]
+__all__ = ["ArtifactCache", "LocalFiles", "Progress", "default_cache_root", "fetch_all"]

@@ -37,9 +37,10 @@ import attrs
 from kvenv import __version__
 from kvenv._util import tomlio
 from kvenv._util.hashing import HashingWriter, copy_hashing, sha256_file, sha_mismatch
+from kvenv._util.progress import Progress
 from kvenv.errors import InputError, IntegrityError, Problem
 from kvenv.fetch.cache import default_cache_root
-from kvenv.fetch.core import LocalFiles, Progress, fetch_all
+from kvenv.fetch.core import LocalFiles, fetch_all
 from kvenv.lock.input import profile_lock
 from kvenv.lock.pylock import dumps_lock
 from kvenv.model import convert

@@ -12,7 +12,8 @@ from pathlib import Path
 
 import attrs
 
-from kvenv._util.hashing import copy_hashing, sha256_file, sha_mismatch, size_mismatch
+from kvenv._util.hashing import copy_hashing, size_mismatch, verify_file
+from kvenv._util.progress import Progress
 from kvenv._util.redact import redact_url
 from kvenv.errors import (
     Cancelled,
@@ -30,7 +31,6 @@ from kvenv.fetch.index import find_on_index, locate_wheel
 from kvenv.model.profile import HfSource, IndexSource, UrlSource
 from kvenv.plan.artifacts import Artifact, url_filename, verify_wheel_identity
 
-Progress = Callable[[str, int, int | None], None]
 ATTEMPTS = 3
 MAX_LISTED = 20
 BACKOFF_SECONDS = 0.5
@@ -337,7 +337,8 @@ class _Fetcher:
             got = download_hf(
                 source, directory, cancel=self.cancel, progress=self._report(artifact.label)
             )
-            _check_file(got, artifact, f"{artifact.label} (from {describe(source)})")
+            label = f"{artifact.label} (from {describe(source)})"
+            verify_file(got, artifact.sha256, artifact.size, label=label)
             return self.store.commit(got, artifact.sha256, source.filename)
         finally:
             shutil.rmtree(directory, ignore_errors=True)
@@ -384,11 +385,3 @@ class _Fetcher:
         except BaseException:
             part.unlink(missing_ok=True)
             raise
-
-
-def _check_file(path: Path, artifact: Artifact, label: str) -> None:
-    actual, size = sha256_file(path)
-    if artifact.size is not None and size != artifact.size:
-        raise size_mismatch(label, artifact.size, size)
-    if actual != artifact.sha256:
-        raise sha_mismatch(label, artifact.sha256, actual)

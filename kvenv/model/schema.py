@@ -8,12 +8,13 @@ The generator walks a model the way :mod:`kvenv.model.convert` structures it: th
 default required. So the committed schemas cannot drift from what the loader accepts; a test
 compares each committed file with a fresh generation.
 
-Regenerate a committed schema with ``kvenv schema NAME > schemas/NAME.schema.json``.
+Which models are published under which name is :mod:`kvenv.cli.schemas`'s (the registry names
+models of every layer). Regenerate a committed schema with
+``kvenv schema NAME > schemas/NAME.schema.json``.
 """
 
 from __future__ import annotations
 
-import importlib
 import inspect
 import json
 import types
@@ -23,36 +24,11 @@ from typing import Any, Literal, get_args, get_origin
 
 import attrs
 
-from kvenv.errors import UsageError
 from kvenv.model import convert, fields
 
 DIALECT = "https://json-schema.org/draft/2020-12/schema"
 
-# name -> "module:Class". Each entry has a committed ``schemas/<name>.schema.json``.
-SCHEMAS: dict[str, str] = {
-    "profile": "kvenv.model.profile:Profile",
-    "host": "kvenv.model.snapshot:HostSnapshot",
-    "manifest": "kvenv.env.manifest:Manifest",
-    "plan": "kvenv.plan.make:Plan",
-}
-
 JsonSchema = dict[str, Any]
-
-
-def model_of(name: str) -> type:
-    """The attrs class registered under ``name``."""
-    try:
-        module_name, _, class_name = SCHEMAS[name].partition(":")
-    except KeyError:
-        known = ", ".join(sorted(SCHEMAS))
-        raise UsageError(f"no schema named {name!r}", hint=f"known schemas: {known}") from None
-    model: type = getattr(importlib.import_module(module_name), class_name)
-    return model
-
-
-def generate(name: str) -> JsonSchema:
-    """The JSON Schema of the model registered under ``name``."""
-    return schema_for(model_of(name), title=f"kvenv {name}")
 
 
 def dumps(schema: Mapping[str, Any]) -> str:
@@ -91,6 +67,8 @@ class _Walker:
         properties: dict[str, JsonSchema] = {}
         required: list[str] = []
         for field in attrs.fields(model):
+            if field.metadata.get("internal"):
+                continue  # not part of the JSON form (e.g. the plan's live inputs)
             prop = self.of(hints[field.name])
             description = field.metadata.get("description")
             if description:

@@ -18,11 +18,10 @@ from packaging.utils import canonicalize_name
 
 from kvenv.lock.input import LockInput
 from kvenv.model import convert
-from kvenv.model.fields import DottedVersion, NonEmpty, PythonVersion
 from kvenv.model.loading import LoadedProfile
 from kvenv.model.locations import Locations
-from kvenv.model.profile import Target
 from kvenv.model.snapshot import HostSnapshot
+from kvenv.model.target import target_from_host
 from kvenv.plan.artifacts import Artifact
 from kvenv.probe.checks import Finding, check_host
 
@@ -171,30 +170,6 @@ def _public(value: Any) -> Any:
     if isinstance(value, list):
         return [_public(item) for item in value]
     return convert.unstructure(value)
-
-
-def target_from_host(host: HostSnapshot) -> Target:
-    """A profile target equal to the host: for profiles that leave ``[target]`` out."""
-    version = ".".join(host.python.version.split(".")[:3])
-    short = "".join(version.split(".")[:2])
-    implementation: Literal["cpython", "pypy"] = (
-        "pypy" if host.python.implementation == "pypy" else "cpython"
-    )
-    abi = host.python.abi or (f"cp{short}" if implementation == "cpython" else f"pypy{short}")
-    os_name: Literal["linux", "darwin", "windows"] = "linux"
-    if host.platform.os == "darwin":
-        os_name = "darwin"
-    elif host.platform.os in ("win32", "windows"):
-        os_name = "windows"
-    glibc = host.platform.libc_version if host.platform.libc == "glibc" else None
-    return Target(
-        python=PythonVersion(version),
-        abi=NonEmpty(abi),
-        implementation=implementation,
-        os=os_name,
-        machine=NonEmpty(host.platform.machine),
-        glibc=DottedVersion(glibc) if glibc else None,
-    )
 
 
 def effective_profile(loaded: LoadedProfile, host: HostSnapshot) -> LoadedProfile:

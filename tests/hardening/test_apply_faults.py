@@ -38,7 +38,7 @@ REPO_ROOT = REPO
 DRIVER = """
 import sys
 from kvenv.cli import main
-from kvenv.fetch.http import allow_loopback_http
+from kvenv._util.urls import allow_loopback_http
 from tests.support.paths import REPO
 with allow_loopback_http():
     code = main(sys.argv[1:])

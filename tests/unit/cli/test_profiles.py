@@ -11,8 +11,9 @@ from pathlib import Path
 import pytest
 
 from kvenv.cli import main
-from kvenv.model.loading import DEFAULT_PROFILE, builtin_dir, load_profile, loads_profile
+from kvenv.model.loading import DEFAULT_PROFILE, builtin_dir, load_profile
 from tests.support.paths import REPO
+from tests.support.profiles import loads_profile
 
 ROOT = REPO
 

@@ -8,6 +8,7 @@ from typing import Any
 
 import pytest
 
+from kvenv.cli import schemas
 from kvenv.env.manifest import (
     manifest_from_dict,
     manifest_to_dict,
@@ -15,7 +16,6 @@ from kvenv.env.manifest import (
     write_manifest,
 )
 from kvenv.errors import InputError
-from kvenv.model import schema
 from tests.support.jsonschema_subset import validate
 
 
@@ -61,7 +61,7 @@ def test_round_trip_and_schema(tmp_path: Path) -> None:
     assert read_manifest(path) == manifest
     assert [p.name for p in tmp_path.iterdir()] == ["manifest.json"]  # no temp file left
     document = json.loads(json.dumps(manifest_to_dict(manifest)))
-    assert validate(document, schema.generate("manifest")) == []
+    assert validate(document, schemas.generate("manifest")) == []
 
 
 @pytest.mark.parametrize(

@@ -14,11 +14,11 @@ import pytest
 import tomllib
 from packaging.pylock import Pylock
 
+from kvenv._util.urls import allow_loopback_http
 from kvenv.cli import main
 from kvenv.errors import FetchError, IntegrityError
 from kvenv.fetch import fetch_all
 from kvenv.fetch.bundle import make_bundle, open_bundle
-from kvenv.fetch.http import allow_loopback_http
 from kvenv.lock.engine import LockOptions, lock_profile
 from kvenv.lock.pylock import write_lock
 from kvenv.lock.sources import IndexConfig

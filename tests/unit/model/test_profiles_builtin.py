@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from kvenv.model import schema
+from kvenv.cli import schemas
 from kvenv.model.loading import DEFAULT_PROFILE, load_profile
 from kvenv.model.profile import HfSource
 from kvenv.model.snapshot import read_snapshot
@@ -87,7 +87,7 @@ def test_wheel_ships_profiles_locks_and_schemas(tmp_path: Path) -> None:
     assert "kvenv/_data/profiles/kaggle-t4x2-cu128.toml" in names
     assert "kvenv/_data/profiles/kaggle-t4x2-cu128.host.json" in names
     assert "kvenv/py.typed" in names
-    for name in schema.SCHEMAS:
+    for name in schemas.SCHEMAS:
         assert f"kvenv/_data/schemas/{name}.schema.json" in names
     assert any(n.startswith("kvenv/_data/locks/") for n in names)
 

@@ -14,16 +14,15 @@ import pytest
 import tomli_w
 
 from kvenv._util import tomlio
-from kvenv.cli import main
-from kvenv.errors import ProfileError
-from kvenv.model import schema
-from kvenv.model.loading import ProfileNotReadable, load_profile
+from kvenv.cli import main, schemas
+from kvenv.errors import ProfileError, ProfileNotReadable
+from kvenv.model.loading import load_profile
 from tests.support.jsonschema_subset import validate
 from tests.support.paths import REPO
 
 ROOT = REPO
 BASE = tomlio.read(ROOT / "profiles" / "kaggle-t4x2-cu128.toml")
-PROFILE_SCHEMA = schema.generate("profile")
+PROFILE_SCHEMA = schemas.generate("profile")
 HEX40 = "f6b4f10de54924ed6fe9e28cceab84eca7276ab6"
 WHEEL = "vllm-0.18.2.dev0+ga26e8dc7f.d20260822.cu128-cp312-cp312-linux_x86_64.whl"
 

@@ -14,17 +14,19 @@ from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
 from kvenv._util import tomlio
+from kvenv.cli import schemas
 from kvenv.errors import KvenvError
-from kvenv.model import convert, schema
-from kvenv.model.loading import dump_profile, load_profile, loads_profile, profile_to_dict
+from kvenv.model import convert
+from kvenv.model.loading import dump_profile, load_profile, profile_to_dict
 from kvenv.model.profile import Profile
 from tests.support.jsonschema_subset import validate
 from tests.support.paths import REPO
 from tests.support.profile_strategies import valid_profiles
+from tests.support.profiles import loads_profile
 
 ROOT = REPO
 BUILTIN = ROOT / "profiles" / "kaggle-t4x2-cu128.toml"
-PROFILE_SCHEMA = schema.generate("profile")
+PROFILE_SCHEMA = schemas.generate("profile")
 FIELD_NAMES = [
     "schema", "name", "description", "extends", "target", "host", "native", "overlay", "paths",
     "runtime", "python", "abi", "gpu", "count", "model", "protected", "waivers", "reason",

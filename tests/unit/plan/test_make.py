@@ -9,9 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from kvenv.cli import main
+from kvenv.cli import main, schemas
 from kvenv.env.root import current_state
-from kvenv.model import schema
 from kvenv.model.snapshot import dumps_snapshot
 from kvenv.plan.make import make_plan, plan_to_dict, target_from_host
 from tests.support.applyenv import (
@@ -50,7 +49,7 @@ def test_fresh_plan(project: Project, tmp_path: Path) -> None:
         ("helper", "1.0", "2.0")
     ]
     assert "(the host)" in plan.target
-    assert validate(plan_to_dict(plan), schema.generate("plan")) == []
+    assert validate(plan_to_dict(plan), schemas.generate("plan")) == []
 
 
 def test_cached_and_unpacked_are_reported(project: Project, tmp_path: Path) -> None:
