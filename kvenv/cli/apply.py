@@ -13,9 +13,9 @@ from typing import TYPE_CHECKING, Any
 
 from kvenv.cli._io import TerminalProgress, emit_json, err, out
 from kvenv.cli.exitcodes import EXIT_CHECK_FAILED, EXIT_CONFLICT, EXIT_OK
+from kvenv.lock.input import profile_lock
 
 if TYPE_CHECKING:
-    from kvenv.lock.input import LockInput
     from kvenv.model.loading import LoadedProfile
     from kvenv.model.locations import Locations
     from kvenv.model.snapshot import HostSnapshot
@@ -106,12 +106,6 @@ def _load(args: argparse.Namespace) -> tuple[LoadedProfile, Locations]:
     return loaded, locations
 
 
-def _lock(loaded: LoadedProfile) -> LockInput | None:
-    from kvenv.lock.input import profile_lock
-
-    return profile_lock(loaded)
-
-
 def _host(snapshot: str | None) -> HostSnapshot:
     from pathlib import Path
 
@@ -166,7 +160,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
     loaded, locations = _load(args)
     plan = plan_apply(
         loaded,
-        _lock(loaded),
+        profile_lock(loaded),
         _host(args.host),
         locations,
         strict=args.strict,
@@ -207,7 +201,7 @@ def cmd_apply(args: argparse.Namespace) -> int:
             out(f"already up to date: generation {done[0]} in {locations.root}; nothing to do")
             return EXIT_OK
     plan = plan_apply(
-        loaded, _lock(loaded), host(), locations, strict=args.strict, recorded=recorded()
+        loaded, profile_lock(loaded), host(), locations, strict=args.strict, recorded=recorded()
     )
     progress = TerminalProgress("fetching", enabled=sys.stdout.isatty() and sys.stderr.isatty())
     options = ApplyOptions(
@@ -288,36 +282,10 @@ def cmd_activate(args: argparse.Namespace) -> int:
 
 
 def cmd_status(args: argparse.Namespace) -> int:
-    from kvenv.env.root import current_state, is_owned, list_generations, manifest_path
+    from kvenv.env.applied import root_status
 
     loaded, locations = _load(args)
-    data: dict[str, Any] = {
-        "profile": loaded.profile.name,
-        "root": str(locations.root),
-        "cache": str(locations.cache),
-        "applied": False,
-        "current": False,
-        "generation": None,
-        "generations": [],
-    }
-    if is_owned(locations.root):
-        pointer, manifest = current_state(locations)
-        data["generations"] = list_generations(locations)
-        if manifest is not None and pointer is not None:
-            lock = _lock(loaded)
-            native = loaded.profile.native
-            data.update(
-                applied=True,
-                generation=manifest.generation,
-                previous=pointer.previous,
-                applied_profile=manifest.profile.name,
-                applied_at=manifest.created_at,
-                manifest=str(manifest_path(locations.root, manifest.generation)),
-                distributions=len(manifest.distributions),
-                current=manifest.matches(
-                    loaded.digest, lock.digest if lock else None, native.sha256 if native else None
-                ),
-            )
+    data = root_status(loaded, locations)
     if args.json:
         emit_json(data)
         return EXIT_OK
@@ -370,7 +338,6 @@ def cmd_verify(args: argparse.Namespace) -> int:
 
 def cmd_reset(args: argparse.Namespace) -> int:
     from kvenv.env.reset import execute_reset, plan_reset
-    from kvenv.env.root import RootLock, is_owned
     from kvenv.errors import UsageError
 
     _, locations = _load(args)
@@ -393,11 +360,7 @@ def cmd_reset(args: argparse.Namespace) -> int:
         if not args.json:
             out("dry-run: nothing was removed")
         return EXIT_OK
-    if is_owned(locations.root):
-        with RootLock(locations, wait=True, on_wait=err):
-            removed = execute_reset(plan)
-    else:
-        removed = execute_reset(plan)
+    removed = execute_reset(plan, locations, on_wait=err)
     if args.json:
         emit_json({"root": plan.root, "dry_run": False, "targets": rows, "removed": removed})
         return EXIT_OK

@@ -227,7 +227,7 @@ def cmd_validate(args: argparse.Namespace) -> int:
 
 def cmd_schema(args: argparse.Namespace) -> int:
     from kvenv.cli.schemas import generate
-    from kvenv.model.schema import dumps
+    from kvenv.model.schema import dumps_schema
 
-    out(dumps(generate(args.name)).rstrip("\n"))
+    out(dumps_schema(generate(args.name)).rstrip("\n"))
     return EXIT_OK

@@ -1,17 +1,27 @@
-"""The applied state as ``kvenv doctor`` sees it: the current generation of a profile's runtime
-root, read into a :class:`~kvenv.probe.doctor.Overlay`, or a note saying why there is none."""
+"""The applied state of a profile's runtime root, as ``kvenv status`` reports it
+(:func:`root_status`) and as ``kvenv doctor`` checks it (:func:`applied_state`: the current
+generation read into a :class:`~kvenv.probe.doctor.InstalledOverlay`, or a note saying why
+there is none)."""
 
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import attrs
 
-from kvenv.env.root import current_manifest
+from kvenv.env.root import (
+    current_manifest,
+    current_state,
+    is_owned,
+    list_generations,
+    manifest_path,
+)
 from kvenv.errors import InputError
+from kvenv.lock.input import profile_lock
 from kvenv.model.loading import LoadedProfile
-from kvenv.model.locations import resolve_locations
-from kvenv.probe.doctor import DependencyFinding, Overlay, installed_in
+from kvenv.model.locations import Locations, resolve_locations
+from kvenv.probe.doctor import DependencyFinding, InstalledOverlay, installed_in
 
 
 @attrs.frozen
@@ -19,7 +29,7 @@ class AppliedState:
     """The profile's applied overlay (None when nothing usable is applied), a note saying what
     was found, and findings about the applied state itself (an unreadable manifest)."""
 
-    overlay: Overlay | None
+    overlay: InstalledOverlay | None
     note: str
     findings: tuple[DependencyFinding, ...] = ()
 
@@ -44,3 +54,38 @@ def applied_state(loaded: LoadedProfile) -> AppliedState:
     native = manifest.native.name if manifest.native else None
     overlay = installed_in(manifest.generation, expected, dirs, native)
     return AppliedState(overlay, f"generation {manifest.generation} under {root}")
+
+
+def root_status(loaded: LoadedProfile, locations: Locations) -> dict[str, Any]:
+    """What ``kvenv status --json`` reports: the root, its generations, what is applied and
+    whether it is current for this profile, lock and native wheel."""
+    data: dict[str, Any] = {
+        "profile": loaded.profile.name,
+        "root": str(locations.root),
+        "cache": str(locations.cache),
+        "applied": False,
+        "current": False,
+        "generation": None,
+        "generations": [],
+    }
+    if not is_owned(locations.root):
+        return data
+    pointer, manifest = current_state(locations)
+    data["generations"] = list_generations(locations)
+    if manifest is None or pointer is None:
+        return data
+    lock = profile_lock(loaded)
+    native = loaded.profile.native
+    data.update(
+        applied=True,
+        generation=manifest.generation,
+        previous=pointer.previous,
+        applied_profile=manifest.profile.name,
+        applied_at=manifest.created_at,
+        manifest=str(manifest_path(locations.root, manifest.generation)),
+        distributions=len(manifest.distributions),
+        current=manifest.matches(
+            loaded.digest, lock.digest if lock else None, native.sha256 if native else None
+        ),
+    )
+    return data

@@ -75,7 +75,7 @@ if TYPE_CHECKING:  # the store is imported when a step needs it (start-up time)
 
 KILL_ENV = "KVENV_TEST_KILL_AT"
 
-Status = Literal["applied", "up-to-date", "dry-run"]
+ApplyStatus = Literal["applied", "up-to-date", "dry-run"]
 
 
 def _ignore(_message: str) -> None:
@@ -98,7 +98,7 @@ class ApplyOptions:
 
 @attrs.frozen
 class ApplyResult:
-    status: Status
+    status: ApplyStatus
     plan: Plan
     root: str
     generation: str | None

@@ -21,7 +21,6 @@ from kvenv.errors import InputError, Problem
 from kvenv.model import convert
 from kvenv.model.fields import Sha256
 
-MANIFEST_SCHEMA = 1
 MANIFEST_NAME = "manifest.json"
 
 Layer = Literal["native", "overlay"]

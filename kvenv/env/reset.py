@@ -13,13 +13,13 @@ from __future__ import annotations
 
 import os
 import shutil
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Literal
 
 import attrs
 
-from kvenv.env.root import POINTER_NAME
+from kvenv.env.root import POINTER_NAME, RootLock, is_owned
 from kvenv.errors import ConflictError, InputError
 from kvenv.model.locations import LOCK_NAME, ROOT_MARKER, Locations
 
@@ -140,7 +140,18 @@ def plan_reset(
     return ResetPlan(str(root), str(cache), targets)
 
 
-def execute_reset(plan: ResetPlan) -> list[str]:
+def execute_reset(
+    plan: ResetPlan, locations: Locations, *, on_wait: Callable[[str], None] = lambda _m: None
+) -> list[str]:
+    """Remove the planned targets, holding the root lock of an owned root (so no apply runs
+    meanwhile; ``on_wait`` hears about waiting for one). Returns the removed paths."""
+    if is_owned(locations.root):
+        with RootLock(locations, wait=True, on_wait=on_wait):
+            return _remove(plan)
+    return _remove(plan)
+
+
+def _remove(plan: ResetPlan) -> list[str]:
     """Remove the planned targets; re-check each for symlinks first. Returns removed paths."""
     removed: list[str] = []
     for target in plan.targets:

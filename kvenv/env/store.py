@@ -55,7 +55,6 @@ MARKER = ".kvenv-store.json"
 # format 1 cannot say whether it has any, so it is unpacked again.
 STORE_FORMAT = 2
 PORTABLE_PYTHON = "python"
-LAYOUT = ("site", "bin", "data", "include")
 
 
 @attrs.frozen

@@ -276,7 +276,7 @@ def _lock(
         loaded, options, native=native, host=host, previous=previous, prefer=prefer
     )
     resolution = resolve(request, universe)
-    text = render(
+    text = render_lock(
         loaded,
         request,
         resolution,
@@ -291,7 +291,7 @@ def _lock(
     return text, resolution
 
 
-def render(
+def render_lock(
     loaded: LoadedProfile,
     request: LockRequest,
     resolution: Resolution,

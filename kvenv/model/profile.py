@@ -30,7 +30,6 @@ from kvenv.model.fields import (
     WheelFilename,
 )
 
-SCHEMA_VERSION = 1
 PURE_ABI = "none"  # target.abi for a pure-Python target: any CPython >= target.python
 DEFAULT_PROTECTED: tuple[str, ...] = ("torch", "torchvision", "torchaudio")
 

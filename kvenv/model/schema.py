@@ -31,7 +31,7 @@ DIALECT = "https://json-schema.org/draft/2020-12/schema"
 JsonSchema = dict[str, Any]
 
 
-def dumps(schema: Mapping[str, Any]) -> str:
+def dumps_schema(schema: Mapping[str, Any]) -> str:
     """The committed text form: two-space indented JSON with a final newline."""
     return json.dumps(schema, indent=2) + "\n"
 

@@ -23,8 +23,6 @@ from kvenv.errors import InputError
 from kvenv.model import convert
 from kvenv.model.fields import NonEmpty, PackageName, Pep440Version
 
-SNAPSHOT_SCHEMA = 1
-
 
 @attrs.frozen
 class Distribution:

@@ -20,7 +20,7 @@ wheel tags. Pure: nothing of the machine running kvenv leaks in.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from functools import cached_property
 from typing import Literal
 
@@ -42,8 +42,6 @@ _IMPL_SHORT = {"cpython": "cp", "pypy": "pp"}
 _IMPL_PLATFORM = {"cpython": "CPython", "pypy": "PyPy"}
 _LEGACY_MANYLINUX = {(2, 17): "manylinux2014", (2, 12): "manylinux2010", (2, 5): "manylinux1"}
 _WINDOWS_ARCH = {"x86_64": "win_amd64", "amd64": "win_amd64", "arm64": "win_arm64", "x86": "win32"}
-
-MarkerEnv = Mapping[str, "str | frozenset[str]"]
 
 
 def manylinux_platforms(glibc: tuple[int, int], machine: str) -> list[str]:

@@ -37,7 +37,6 @@ class Applied(Protocol):
     ) -> bool: ...
 
 
-PLAN_SCHEMA = 1
 StepName = Literal[
     "fetch",
     "verify",

@@ -60,7 +60,7 @@ class DependencyFinding:
 
 
 @attrs.frozen
-class Overlay:
+class InstalledOverlay:
     """The applied generation as doctor sees it: what the manifest recorded (name, version,
     layer), what the generation's directories hold, and the native wheel's requirements."""
 
@@ -267,7 +267,9 @@ def check_requirements(
     return out
 
 
-def provided_by(overlay: Overlay, host: HostSnapshot) -> dict[str, tuple[Distribution, str]]:
+def provided_by(
+    overlay: InstalledOverlay, host: HostSnapshot
+) -> dict[str, tuple[Distribution, str]]:
     """Who provides each name at run time: the overlay/native dirs, then the host."""
     provided: dict[str, tuple[Distribution, str]] = {
         canonicalize_name(d.name): (d, "host") for d in host.distributions
@@ -285,7 +287,7 @@ def diagnose(
     host_source: str,
     strict: bool = False,
     recorded: HostSnapshot | None = None,
-    overlay: Overlay | None = None,
+    overlay: InstalledOverlay | None = None,
     overlay_note: str = "no overlay applied",
     evaluate: Callable[[Marker | None], bool] | None = None,
 ) -> DoctorReport:
@@ -318,7 +320,7 @@ def installed_in(
     expected: Sequence[tuple[str, str, str]],
     dirs: Sequence[Path],
     native: str | None,
-) -> Overlay:
+) -> InstalledOverlay:
     """Read what the generation's directories hold (the edge of this module)."""
     from kvenv.probe.dists import read_distributions
 
@@ -327,4 +329,4 @@ def installed_in(
     requires: tuple[str, ...] = ()
     if native is not None and canonicalize_name(native) in installed:
         requires = tuple(installed[canonicalize_name(native)].requires or ())
-    return Overlay(generation, tuple(expected), installed, requires)
+    return InstalledOverlay(generation, tuple(expected), installed, requires)

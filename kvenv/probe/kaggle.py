@@ -1,4 +1,4 @@
-"""Is this a Kaggle notebook? The reference system's rule, kept as it was."""
+"""Is this a Kaggle notebook? The reference system's rule: a Kaggle variable, or both dirs."""
 
 from __future__ import annotations
 

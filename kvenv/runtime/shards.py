@@ -37,7 +37,7 @@ _TP_RE = re.compile(r"model-rank-([0-9]+)-part-([0-9]+)\.safetensors")
 _PP_RE = re.compile(r"model-pp-([0-9]+)-tp-([0-9]+)-part-([0-9]+)\.safetensors")
 
 Pattern = Literal["tp", "pp-tp"]
-PATTERNS: Mapping[str, str] = {"tp": TP_ONLY_PATTERN, "pp-tp": PP_AND_TP_PATTERN}
+SHARD_PATTERNS: Mapping[str, str] = {"tp": TP_ONLY_PATTERN, "pp-tp": PP_AND_TP_PATTERN}
 
 
 # --- kvenv-shards.json -------------------------------------------------------------------------
@@ -160,7 +160,7 @@ class ShardInspection:
             "schema": 1,
             "path": self.path,
             "valid": self.valid,
-            "pattern": PATTERNS[self.pattern] if self.pattern else None,
+            "pattern": SHARD_PATTERNS[self.pattern] if self.pattern else None,
             "rank_count": self.rank_count,
             "stage_count": self.stage_count,
             "tensor_parallel_size": self.rank_count,

@@ -61,7 +61,7 @@ def test_reset_removes_only_owned_names_and_keeps_cache(tmp_path: Path) -> None:
     plan = plan_reset(where, cwd=tmp_path)
     actions = {t.label: t.action for t in plan.targets}
     assert actions["generations"] == "remove" and actions["store"] == "preserve"
-    execute_reset(plan)
+    execute_reset(plan, where)
     assert sorted(p.name for p in where.root.iterdir()) == [
         ".kvenv-root",
         ".kvenv.lock",
@@ -74,7 +74,7 @@ def test_reset_removes_only_owned_names_and_keeps_cache(tmp_path: Path) -> None:
 
 def test_reset_then_apply_restores(tmp_path: Path) -> None:
     where = _applied(tmp_path)
-    execute_reset(plan_reset(where, cwd=tmp_path))
+    execute_reset(plan_reset(where, cwd=tmp_path), where)
     assert not where.root.exists()
     where2 = _applied(tmp_path)
     assert (where2.root / "current.json").is_file()
@@ -82,7 +82,7 @@ def test_reset_then_apply_restores(tmp_path: Path) -> None:
 
 def test_purge_cache(tmp_path: Path) -> None:
     where = _applied(tmp_path)
-    execute_reset(plan_reset(where, purge_cache=True, cwd=tmp_path))
+    execute_reset(plan_reset(where, purge_cache=True, cwd=tmp_path), where)
     assert not (where.cache / "store").exists()
 
 
