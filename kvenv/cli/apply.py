@@ -13,7 +13,6 @@ from typing import TYPE_CHECKING, Any
 
 from kvenv.cli._io import TerminalProgress, emit_json, err, out
 from kvenv.cli.exitcodes import EXIT_CHECK_FAILED, EXIT_CONFLICT, EXIT_OK
-from kvenv.lock.input import profile_lock
 
 if TYPE_CHECKING:
     from kvenv.model.loading import LoadedProfile
@@ -158,6 +157,8 @@ def cmd_plan(args: argparse.Namespace) -> int:
     from kvenv.plan.make import plan_to_dict
 
     loaded, locations = _load(args)
+    from kvenv.lock.input import profile_lock
+
     plan = plan_apply(
         loaded,
         profile_lock(loaded),
@@ -200,6 +201,8 @@ def cmd_apply(args: argparse.Namespace) -> int:
         if done is not None:
             out(f"already up to date: generation {done[0]} in {locations.root}; nothing to do")
             return EXIT_OK
+    from kvenv.lock.input import profile_lock
+
     plan = plan_apply(
         loaded, profile_lock(loaded), host(), locations, strict=args.strict, recorded=recorded()
     )
