@@ -179,7 +179,6 @@ def cmd_plan(args: argparse.Namespace) -> int:
 
 def cmd_apply(args: argparse.Namespace) -> int:
     from kvenv.env.apply import ApplyOptions, apply, plan_apply
-    from kvenv.plan.make import plan_to_dict
 
     bundle = None
     if args.bundle:
@@ -222,6 +221,8 @@ def cmd_apply(args: argparse.Namespace) -> int:
     finally:
         progress.close()
     if args.json:
+        from kvenv.plan.make import plan_to_dict
+
         emit_json(
             {
                 "status": result.status,

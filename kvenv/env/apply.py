@@ -54,24 +54,17 @@ from kvenv.env.root import (
     switch,
 )
 from kvenv.errors import ConflictError, InputError, Problem
-from kvenv.fetch.bundle import BundleInfo
 from kvenv.lock.input import LockInput, file_digest, has_lock
 from kvenv.model.fields import Sha256
 from kvenv.model.loading import LoadedProfile
 from kvenv.model.locations import Locations
 from kvenv.model.profile import HfSource, PathSource, UrlSource
 from kvenv.model.snapshot import HostSnapshot
-from kvenv.plan.make import (
-    STEP_REQUIRES,
-    Plan,
-    PlanArtifact,
-    StepName,
-    make_plan,
-    with_presence,
-)
 
-if TYPE_CHECKING:  # the store is imported when a step needs it (start-up time)
+if TYPE_CHECKING:  # the store and fetch are imported when a step needs them (start-up time)
     from kvenv.env.store import GenerationLayout, LinkedLayer, StoreEntry
+    from kvenv.fetch.bundle import BundleInfo
+    from kvenv.plan.make import Plan, PlanArtifact, StepName
 
 KILL_ENV = "KVENV_TEST_KILL_AT"
 
@@ -128,6 +121,8 @@ def plan_apply(
     recorded: HostSnapshot | None = None,
 ) -> Plan:
     """The plan against the root's current state and what the cache and store hold."""
+    from kvenv.plan.make import make_plan, with_presence
+
     current = None
     if is_owned(locations.root):
         _, current = current_state(locations)
@@ -215,6 +210,8 @@ def _refuse_incompatible(plan: Plan) -> None:
 
 def _refuse_misordered(plan: Plan) -> None:
     """Every step's prerequisites must come before it in the plan."""
+    from kvenv.plan.make import STEP_REQUIRES
+
     seen: set[StepName] = set()
     for step in plan.steps:
         missing = [need for need in STEP_REQUIRES[step.name] if need not in seen]

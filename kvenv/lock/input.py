@@ -6,12 +6,15 @@ from __future__ import annotations
 
 import hashlib
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import attrs
 
 from kvenv.errors import LockError, Problem
-from kvenv.lock.pylock import LockFile, read_lock
-from kvenv.model.loading import LoadedProfile
+
+if TYPE_CHECKING:  # the no-op apply hashes the lock file without parsing it (start-up time)
+    from kvenv.lock.pylock import LockFile
+    from kvenv.model.loading import LoadedProfile
 
 
 @attrs.frozen
@@ -43,6 +46,8 @@ def has_lock(loaded: LoadedProfile) -> bool:
 
 def read_lock_input(path: Path, *, profile: LoadedProfile | None = None) -> LockInput:
     """Read and validate the lock at ``path`` (a missing file names the profile's field)."""
+    from kvenv.lock.pylock import read_lock
+
     try:
         data = path.read_bytes()
     except FileNotFoundError:

@@ -25,7 +25,7 @@ from packaging.utils import InvalidWheelFilename, canonicalize_name, parse_wheel
 from packaging.version import InvalidVersion, Version
 
 from kvenv.errors import ConflictError, IntegrityError, LockError, Problem, ProfileError
-from kvenv.lock import LockFile, parse_lock, read_lock
+from kvenv.lock.pylock import LockFile, parse_lock, read_lock
 from kvenv.model.loading import LoadedProfile
 from kvenv.model.profile import HfSource, IndexSource, PathSource, UrlSource
 from kvenv.model.target import TargetEnv

@@ -14,7 +14,7 @@ from kvenv.cli import main
 from kvenv.errors import ConflictError, FetchError, InputError, IntegrityError, LockError
 from kvenv.fetch import fetch_all
 from kvenv.fetch.bundle import make_bundle, open_bundle
-from kvenv.lock import read_lock
+from kvenv.lock.pylock import read_lock
 from kvenv.model.loading import LoadedProfile, load_profile
 from kvenv.model.profile import HfSource
 from kvenv.plan.artifacts import artifacts_for

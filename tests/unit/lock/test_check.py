@@ -14,10 +14,9 @@ import tomllib
 
 from kvenv.cli import main
 from kvenv.errors import LockError
-from kvenv.lock import read_lock
 from kvenv.lock.check import check_lock
 from kvenv.lock.engine import LockOptions, lock_profile
-from kvenv.lock.pylock import parse_lock, write_lock
+from kvenv.lock.pylock import parse_lock, read_lock, write_lock
 from kvenv.lock.sources import IndexConfig
 from kvenv.model.loading import LoadedProfile, load_profile
 from kvenv.model.snapshot import read_snapshot

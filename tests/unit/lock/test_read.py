@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from kvenv.errors import LockError
-from kvenv.lock import read_lock
+from kvenv.lock.pylock import read_lock
 from kvenv.model.locations import Locations
 from tests.support.applyenv import Project, locations, standard_project
 from tests.support.hardening import run_cli, tree_state
