@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import json
 import os
-import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -32,6 +31,8 @@ def write_bytes(
     """Replace (or, ``exclusive``, create) ``path`` with ``data`` atomically."""
     if make_parents:
         path.parent.mkdir(parents=True, exist_ok=True)
+    import tempfile  # here: activation imports this module, and tempfile is not light
+
     fd, name = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     temp = Path(name)
     try:

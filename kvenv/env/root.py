@@ -24,9 +24,6 @@ from __future__ import annotations
 import datetime
 import json
 import os
-import secrets
-import shutil
-import socket
 from collections.abc import Callable
 from pathlib import Path
 
@@ -106,6 +103,8 @@ class RootLock:
             return "unknown"
 
     def __enter__(self) -> RootLock:
+        import socket
+
         from filelock import FileLock, Timeout
 
         lock = FileLock(str(self.path))
@@ -137,6 +136,8 @@ class RootLock:
 
 def new_generation_id() -> str:
     """A fresh, sortable generation id: ``YYYYmmddTHHMMSS-<6 hex>``."""
+    import secrets
+
     stamp = datetime.datetime.now(datetime.timezone.utc).strftime("%Y%m%dT%H%M%S")
     return f"{stamp}-{secrets.token_hex(3)}"
 
@@ -167,6 +168,8 @@ def list_generations(locations: Locations) -> list[str]:
 def remove_generations(locations: Locations, keep: set[str], *, incomplete_only: bool) -> list[str]:
     """Remove kvenv's generation directories not in ``keep`` (only those without a manifest
     when ``incomplete_only``). Never follows symlinks."""
+    import shutil
+
     removed: list[str] = []
     for name in list_generations(locations):
         if name in keep:
