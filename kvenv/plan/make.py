@@ -11,7 +11,7 @@ host snapshot (see :func:`effective_profile`); that is how the demo profile runs
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any, Literal, Protocol
+from typing import TYPE_CHECKING, Any, Literal, Protocol, get_args
 
 import attrs
 from packaging.utils import canonicalize_name
@@ -24,6 +24,9 @@ from kvenv.model.snapshot import HostSnapshot
 from kvenv.model.target import target_from_host
 from kvenv.plan.artifacts import Artifact
 from kvenv.probe.checks import Finding, check_host
+
+if TYPE_CHECKING:
+    from kvenv.lock.pylock import LockFile
 
 
 class Applied(Protocol):
@@ -93,15 +96,7 @@ class Step:
     detail: str
 
 
-STEP_ORDER: tuple[StepName, ...] = (
-    "fetch",
-    "verify",
-    "install-native",
-    "install-overlay",
-    "write-manifest",
-    "switch",
-    "write-shims",
-)
+STEP_ORDER: tuple[StepName, ...] = get_args(StepName)  # the order a fresh plan lists them
 # What each step needs to have run before it (apply refuses a plan that breaks this).
 STEP_REQUIRES: dict[StepName, tuple[StepName, ...]] = {
     "fetch": (),
@@ -201,7 +196,11 @@ RELOCK = "run `kvenv lock`"
 
 
 def lock_findings(
-    loaded: LoadedProfile, lockfile: Any, recorded: HostSnapshot | None, *, strict: bool = False
+    loaded: LoadedProfile,
+    lockfile: LockFile,
+    recorded: HostSnapshot | None,
+    *,
+    strict: bool = False,
 ) -> list[PlanFinding]:
     """The lock's ``[tool.kvenv]`` held against the profile: its protected set must cover the
     profile's, its native identity must be the profile's (errors), and its profile and
