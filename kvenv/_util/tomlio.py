@@ -27,15 +27,22 @@ def loads(text: str, *, file: str) -> dict[str, Any]:
         ) from None
 
 
-def read(path: Path) -> dict[str, Any]:
+def read(path: Path, *, max_bytes: int | None = None, what: str = "file") -> dict[str, Any]:
+    """The TOML document at ``path``; with ``max_bytes``, a larger file is refused unread."""
     try:
-        raw = path.read_bytes()
+        with path.open("rb") as stream:
+            raw = stream.read() if max_bytes is None else stream.read(max_bytes + 1)
     except FileNotFoundError:
         raise InputError(f"file not found: {path}") from None
     except IsADirectoryError:
         raise InputError(f"expected a file, found a directory: {path}") from None
     except OSError as exc:
         raise InputError(f"cannot read {path}: {exc.strerror}") from None
+    if max_bytes is not None and len(raw) > max_bytes:
+        raise InputError(
+            f"{what} too large: {path} is over {max_bytes} bytes",
+            hint=f"a {what} is at most {max_bytes} bytes: is this the right file?",
+        )
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError:

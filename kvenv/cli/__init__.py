@@ -14,6 +14,7 @@ import sys
 from kvenv import __version__
 from kvenv.cli.exitcodes import (
     EXIT_BAD_INPUT,
+    EXIT_BROKEN_PIPE,
     EXIT_CHECK_FAILED,
     EXIT_CONFLICT,
     EXIT_INTERRUPTED,
@@ -29,6 +30,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "EXIT_BAD_INPUT",
+    "EXIT_BROKEN_PIPE",
     "EXIT_CHECK_FAILED",
     "EXIT_CONFLICT",
     "EXIT_INTERRUPTED",
@@ -45,6 +47,7 @@ _GROUPS: tuple[str, ...] = (
     "kvenv.cli.host",
     "kvenv.cli.runtime",
     "kvenv.cli.bundle",
+    "kvenv.cli.cache",
 )
 
 
@@ -85,6 +88,33 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    """Run one command; its exit code. A reader that closed stdout early (``kvenv … | head
+    -1``) ends the command quietly with :data:`EXIT_BROKEN_PIPE`, as a SIGPIPE'd tool would."""
+    try:
+        try:
+            code = _run(argv)
+        finally:
+            if sys.stdout is not None:
+                sys.stdout.flush()  # here, not at interpreter exit, where it could not be caught
+    except BrokenPipeError:
+        return _closed_pipe()
+    return code
+
+
+def _closed_pipe() -> int:
+    """Point stdout at the null device, so the interpreter's flush at exit cannot complain."""
+    import os
+
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+    except (OSError, ValueError):  # stdout is no file descriptor (captured in tests)
+        pass
+    return EXIT_BROKEN_PIPE
+
+
+def _run(argv: Sequence[str] | None) -> int:
     arguments = list(sys.argv[1:] if argv is None else argv)
     if arguments == ["--version"]:
         sys.stdout.write(f"kvenv {__version__}\n")  # fast path: no parser, no command groups
@@ -103,6 +133,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KvenvError as error:
         sys.stderr.write(f"kvenv: error: {error.render()}\n")
         return exit_code_for(error)
+    except BrokenPipeError:
+        raise  # the reader is gone: main() ends quietly
     except OSError as error:
         where = f": {error.filename}" if error.filename else ""
         sys.stderr.write(f"kvenv: error: {error.strerror or error}{where}\n")

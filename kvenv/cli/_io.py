@@ -15,9 +15,19 @@ def err(text: str) -> None:
 
 
 def emit_json(data: Any) -> None:
+    """Print ``data`` as standard JSON: a NaN or infinity is an error, never a bare ``NaN``."""
     import json
 
-    sys.stdout.write(json.dumps(data, indent=2, sort_keys=False) + "\n")
+    try:
+        text = json.dumps(data, indent=2, sort_keys=False, allow_nan=False)
+    except ValueError as exc:
+        from kvenv.errors import KvenvError
+
+        raise KvenvError(
+            f"cannot print JSON: a value is not a finite number ({exc})",
+            hint="this is a bug in kvenv: please report it with the command you ran",
+        ) from None
+    sys.stdout.write(text + "\n")
 
 
 class TerminalProgress:

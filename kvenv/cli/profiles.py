@@ -72,8 +72,21 @@ def cmd_profiles(args: argparse.Namespace) -> int:
     name_width = max(len(r["name"]) for r in rows)
     origin_width = max(len(r["origin"]) for r in rows)
     for r in rows:
-        out(f"{r['name']:<{name_width}}  {r['origin']:<{origin_width}}  {r['description']}")
+        about = _one_line(r["description"]) if r["valid"] else r["description"]
+        out(f"{r['name']:<{name_width}}  {r['origin']:<{origin_width}}  {about}")
     return EXIT_OK
+
+
+DESCRIPTION_WIDTH = 120  # `kvenv profiles` shows this much of a description's first line
+
+
+def _one_line(text: str) -> str:
+    """The first line of ``text``, cut to ``DESCRIPTION_WIDTH`` characters with an ellipsis."""
+    lines = text.strip().splitlines()
+    first = lines[0] if lines else ""
+    if len(first) > DESCRIPTION_WIDTH:
+        return first[: DESCRIPTION_WIDTH - 1] + "…"
+    return first
 
 
 def cmd_show(args: argparse.Namespace) -> int:

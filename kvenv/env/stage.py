@@ -1,11 +1,17 @@
-"""``verify-wheel`` and ``stage-wheel``: hash a wheel file, and install one wheel without its
-dependencies into an empty directory (the reference system's staging, through PyPA
-``installer`` via :func:`kvenv.env.wheelinstall.install_wheel` instead of ``pip --target``)."""
+"""``verify-wheel`` and ``stage-wheel``: hash a wheel file and check what a wheel must hold
+(a zip archive with one ``.dist-info`` holding METADATA, WHEEL and RECORD, every file as its
+RECORD says), and install one wheel without its dependencies into an empty directory (the
+reference system's staging, through :func:`kvenv.env.wheelinstall.install_wheel` instead of
+``pip --target``)."""
 
 from __future__ import annotations
 
+import base64
+import hashlib
 import re
-from collections.abc import Iterable
+import zipfile
+import zlib
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 
 import attrs
@@ -27,6 +33,11 @@ class WheelCheck:
     size: int
     sha256: str
     expected: str | None
+    problems: tuple[str, ...] = ()  # what the wheel's contents lack or contradict
+
+    @property
+    def ok(self) -> bool:
+        return not self.problems
 
     def to_json(self) -> dict[str, object]:
         return {
@@ -39,6 +50,8 @@ class WheelCheck:
             "sha256": self.sha256,
             "expected_sha256": self.expected,
             "match": None if self.expected is None else self.expected == self.sha256,
+            "ok": self.ok,
+            "problems": list(self.problems),
         }
 
 
@@ -70,14 +83,72 @@ def _wheel_file(path: Path) -> tuple[str, str, tuple[str, ...]]:
     return str(name), str(version), tuple(sorted(str(t) for t in tags))
 
 
-def verify_wheel(path: Path, expected: str | None = None) -> WheelCheck:
-    """Hash ``path`` (streaming); raise :class:`IntegrityError` when ``expected`` differs."""
+def verify_wheel(path: Path, expected: str | None = None, *, contents: bool = True) -> WheelCheck:
+    """Hash ``path`` (streaming); raise :class:`IntegrityError` when ``expected`` differs and
+    :class:`InputError` when it is not a zip archive. With ``contents``, the check also lists
+    what the archive lacks or contradicts (:func:`wheel_problems`)."""
     want = normalize_sha256(expected) if expected is not None else None
     name, version, tags = _wheel_file(path)
+    if not zipfile.is_zipfile(path):
+        raise _not_a_zip(path)
     digest, size = sha256_file(path)
     if want is not None and digest != want:
         raise sha_mismatch(str(path), want, digest)
-    return WheelCheck(path, name, version, tags, size, digest, want)
+    problems = tuple(wheel_problems(path)) if contents else ()
+    return WheelCheck(path, name, version, tags, size, digest, want, problems)
+
+
+def _not_a_zip(path: Path) -> InputError:
+    return InputError(
+        f"not a wheel: {path} is not a zip archive",
+        hint="a wheel is a zip archive: download or build it again",
+    )
+
+
+def wheel_problems(path: Path) -> list[str]:
+    """What the wheel at ``path`` lacks (a ``.dist-info`` with METADATA, WHEEL and RECORD, a
+    RECORD row for every file) or contradicts (a file whose hash or size differs from its
+    RECORD row), one sentence each; empty for a sound wheel."""
+    from kvenv.env.wheelinstall import inspect_wheel
+    from kvenv.errors import IntegrityError
+
+    try:
+        with zipfile.ZipFile(path) as zf:
+            try:
+                facts = inspect_wheel(zf, path.name)
+            except IntegrityError as exc:
+                return [exc.message.split(f"{path.name}: ", 1)[-1]]
+            problems: list[str] = []
+            if f"{facts.dist_info}/METADATA" not in zf.NameToInfo:
+                problems.append(f"{facts.dist_info}/METADATA is missing")
+            for member, (algorithm, value, size) in sorted(facts.records.items()):
+                if size >= 0 and algorithm:
+                    problems.extend(_member_problem(zf, member, algorithm, value, size))
+            return problems
+    except zipfile.BadZipFile as exc:
+        raise InputError(f"not a wheel: {path} is not a readable zip archive ({exc})") from None
+
+
+def _member_problem(
+    zf: zipfile.ZipFile, member: str, algorithm: str, value: str, size: int
+) -> Iterator[str]:
+    """The one sentence saying how ``member`` differs from its RECORD row, if it does."""
+    digest = hashlib.new(algorithm)
+    count = 0
+    try:
+        with zf.open(member) as stream:
+            while chunk := stream.read(1 << 20):
+                digest.update(chunk)
+                count += len(chunk)
+    except (zipfile.BadZipFile, zlib.error, EOFError) as exc:
+        yield f"{member}: cannot be read ({exc})"
+        return
+    actual = base64.urlsafe_b64encode(digest.digest()).rstrip(b"=").decode()
+    if actual != value or count != size:
+        yield (
+            f"{member} differs from its RECORD row: RECORD says {algorithm}={value}, "
+            f"{size} bytes; the file has {algorithm}={actual}, {count} bytes"
+        )
 
 
 def stage_wheel(
@@ -99,7 +170,7 @@ def stage_wheel(
             f"refusing to overwrite non-empty staging target: {target}",
             hint="give an absent or empty directory; kvenv never merges into one",
         )
-    check = verify_wheel(path, expected)
+    check = verify_wheel(path, expected, contents=False)  # install_wheel checks each file
     created = not target.exists()
     target.mkdir(parents=True, exist_ok=True)
     try:

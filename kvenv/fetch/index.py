@@ -66,7 +66,7 @@ def find_on_index(
             where += " and " + ", ".join(_shown(link) for link in find_links)
         wanted = source.filename or f"{name}=={version}"
         raise FetchError(
-            f"{wanted} with sha256 {sha256[:16]}… not found on {where}",
+            f"{wanted} with sha256 {sha256} not found on {where}",
             hint="check native.version, native.source.filename and the index URL "
             "(--index-url / --find-links)",
         )
@@ -134,7 +134,7 @@ def locate_wheel(
     where = ", ".join(redact_url(u) for u in index_urls) or "the default index"
     if other is not None:
         raise IntegrityError(
-            f"{where} serves {filename} with sha256 {other[:16]}…, the lock pins {sha256[:16]}…",
+            f"{where} serves {filename} with sha256 {other}, the lock pins {sha256}",
             hint="the index holds another file under that name: use the index the lock was "
             "made against (--index-url or PIP_INDEX_URL / UV_INDEX_URL), or relock",
         )

@@ -6,6 +6,7 @@ and every problem of a document is reported at once with its ``$.path``.
 
 from __future__ import annotations
 
+import math
 import types
 import typing
 from collections.abc import Callable
@@ -40,6 +41,8 @@ def _strict(kind: type) -> Callable[[Any, Any], Any]:
             return float(value)
         if not ok:
             raise TypeError(f"expected {_TYPE_NAMES[kind]}, got {_describe(value)}")
+        if kind is float and not math.isfinite(value):
+            raise ValueError(f"{value!r} is not valid: write a finite number (not nan or inf)")
         return value
 
     return hook

@@ -27,6 +27,11 @@ NonEmpty = NewType("NonEmpty", str)
 PositiveInt = NewType("PositiveInt", int)
 Fraction = NewType("Fraction", float)
 
+# Caps on what a profile may hold (docs/profiles.md says why): a profile file is a few KiB; a
+# text value (a description, a path, an environment value) fits in PATH_MAX.
+MAX_PROFILE_BYTES = 1 << 20
+MAX_TEXT_CHARS = 4096
+
 # numeric type -> (base type, minimum, maximum, exclusive minimum?, what to write instead)
 BOUNDS: dict[object, tuple[type, float, float | None, bool, str]] = {
     PositiveInt: (int, 1, None, False, "a whole number of at least 1"),
