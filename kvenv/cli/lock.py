@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import os
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -59,7 +60,7 @@ def register(sub: Any) -> None:
     parser.add_argument(
         "--fresh", action="store_true", help="ignore the existing lock's recorded inputs"
     )
-    parser.add_argument("--cache-dir", type=Path, help="cache directory (default: user cache)")
+    parser.add_argument("--cache-dir", help="cache directory (default: user cache)")
     parser.add_argument(
         "--portable",
         action=argparse.BooleanOptionalAction,
@@ -93,7 +94,7 @@ def _check(args: argparse.Namespace, loaded: Any) -> int:
         )
     lock = read_lock(path)
     host = recorded_host(loaded, must_exist=True).snapshot
-    report = check_lock(loaded, lock, host)
+    report = check_lock(loaded, lock, host, _wheel_at_hand(args.cache_dir))
     if args.json:
         emit_json(report.to_json())
         return EXIT_OK if report.ok else EXIT_CHECK_FAILED
@@ -139,8 +140,9 @@ def _lock(args: argparse.Namespace, loaded: Any) -> int:
         offline=args.offline,
         refresh=args.refresh,
         fresh=args.fresh,
-        cache_dir=args.cache_dir,
+        cache_dir=_cache_dir(args.cache_dir),
         portable=args.portable,
+        wheel_at_hand=_wheel_at_hand(args.cache_dir),
     )
     result = lock_profile(loaded, options)
     if result.changed:
@@ -161,3 +163,23 @@ def _lock(args: argparse.Namespace, loaded: Any) -> int:
             f"with {shadow.overlay_version}"
         )
     return EXIT_OK
+
+
+def _cache_dir(value: str | None) -> Path | None:
+    """``--cache-dir``, absolute; an empty one is refused (it would mean the current dir)."""
+    from kvenv.model.locations import given_path
+
+    return None if value is None else given_path(value, "--cache-dir")
+
+
+def _wheel_at_hand(cache_dir: str | None) -> Callable[[str, str, int | None], Path | None]:
+    """Where a wheel would sit in kvenv's artifact cache (for the lock's protected-name check;
+    the entry is content-addressed; the lock engine checks its size, then reads its file list)."""
+
+    def find(sha256: str, filename: str, size: int | None) -> Path | None:
+        from kvenv.fetch.cache import ArtifactCache, default_cache_root
+
+        root = _cache_dir(cache_dir) or default_cache_root()
+        return ArtifactCache(root).entry(sha256) / filename
+
+    return find

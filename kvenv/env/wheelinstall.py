@@ -19,6 +19,8 @@ install leaves the target as it was. The one relaxation is the caller's to make:
 named in ``record_waivers`` (the profile's ``[[overlay.record_waivers]]``) a file whose hash or
 size differs from RECORD is installed and reported (``InstalledDist.record_waived``); the
 installed RECORD lists the actual digest either way, and every structural check still applies.
+The lines of top-level ``.pth`` files that ``site`` would execute (``import ...``) are reported
+in ``InstalledDist.executable_pth``; whether they may be installed is the store's to decide.
 """
 
 from __future__ import annotations
@@ -42,7 +44,7 @@ import attrs
 from packaging.utils import InvalidWheelFilename, canonicalize_name, parse_wheel_filename
 
 from kvenv._util.importnames import fold, import_name_of, protected_import_names
-from kvenv.env.manifest import RecordMismatch
+from kvenv.env.manifest import ExecutablePth, RecordMismatch
 from kvenv.errors import InstallError, IntegrityError
 
 SCHEMES = ("purelib", "platlib", "scripts", "data", "headers")
@@ -66,6 +68,8 @@ class InstalledDist:
     files: tuple[str, ...]  # RECORD paths, relative to the purelib/platlib root
     # RECORD hash/size lies accepted because the wheel's RECORD was waived (archive paths)
     record_waived: tuple[RecordMismatch, ...] = ()
+    # lines of its top-level .pth files that site executes at start-up (import ...)
+    executable_pth: tuple[ExecutablePth, ...] = ()
 
 
 def check_entry_name(name: str) -> str | None:
@@ -220,6 +224,30 @@ def inspect_wheel(zf: zipfile.ZipFile, filename: str, protected: Iterable[str] =
         records=records,
         top_level=tuple(sorted(top_level)),
     )
+
+
+def executable_pth_lines(text: str) -> list[str]:
+    """The lines of a ``.pth`` file that ``site`` executes: as ``site.addpackage`` decides, a
+    line (not stripped first) that starts with ``import`` and a space or tab."""
+    lines = text.replace("\r\n", "\n").replace("\r", "\n").split("\n")  # universal newlines
+    return [line for line in lines if line.startswith(("import ", "import\t"))]
+
+
+def _executable_pth(zf: zipfile.ZipFile, facts: _WheelFacts, where: str) -> list[ExecutablePth]:
+    """The executable lines of the wheel's ``.pth`` files that land at the top of a site
+    directory (the only ones ``site`` reads), with their RECORD paths."""
+    out: list[ExecutablePth] = []
+    for info in zf.infolist():
+        if info.is_dir() or not info.filename.endswith(".pth"):
+            continue
+        site_path = _site_relative(info.filename, facts.data_dir, where)
+        if site_path is None or "/" in site_path:
+            continue
+        text = zf.read(info).decode("utf-8", errors="replace")
+        out.extend(
+            ExecutablePth(facts.name, site_path, line) for line in executable_pth_lines(text)
+        )
+    return out
 
 
 def _prefixes(names: set[str]) -> set[str]:
@@ -647,6 +675,7 @@ def install_wheel(
         raise IntegrityError(f"not a readable wheel: {wheel}: {exc}") from None
     with zf:
         facts = inspect_wheel(zf, wheel.name, protected)
+        hooks = _executable_pth(zf, facts, wheel.name)
         try:
             WheelFile(zf).validate_record(validate_contents=False)
         except (InstallerError, ValueError) as exc:
@@ -712,6 +741,7 @@ def install_wheel(
         scripts=script_names,
         files=files,
         record_waived=tuple(sorted(job.waived, key=lambda m: m.file)),
+        executable_pth=tuple(hooks),
     )
 
 

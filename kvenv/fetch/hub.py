@@ -16,9 +16,10 @@ the caller hashes the file, checks sha256 and size, and only then moves it into 
   https resolve URL in the hint. Retrying the same server through another client would only
   hide the real cause.
 - Progress goes to kvenv's callback; the Hub client prints no progress bar and, while kvenv
-  downloads, logs nothing (its logger is set to ERROR and its progress bars are disabled, both
+  downloads, logs nothing (its loggers are set to ERROR and its progress bars are disabled, all
   restored when the last concurrent download ends): a dropped connection gives kvenv's one
-  :class:`FetchError`, not the client's "Trying to resume download..." lines first.
+  :class:`FetchError`, not the client's "Retrying in 1s" or "Trying to resume download..."
+  lines first.
 """
 
 from __future__ import annotations
@@ -138,14 +139,36 @@ def download_hf(
 
 _quiet_lock = threading.Lock()
 _quiet_depth = 0
-_quiet_saved: tuple[int, bool] = (logging.NOTSET, False)
+_quiet_saved: tuple[dict[str, int], bool] = ({}, False)
+_HUB_LOGGER = "huggingface_hub"
+
+
+def _hub_loggers() -> list[logging.Logger]:
+    """The client's root logger and every one of its loggers that has a level of its own (a
+    child with its own level is not held back by its parent's: an application's logging
+    configuration, or ``HF_HUB_VERBOSITY`` style set-ups, can give it one)."""
+    out = [logging.getLogger(_HUB_LOGGER)]
+    for name, logger in list(logging.Logger.manager.loggerDict.items()):
+        if (
+            name.startswith(_HUB_LOGGER + ".")
+            and isinstance(logger, logging.Logger)
+            and logger.level != logging.NOTSET
+        ):
+            out.append(logger)
+    return out
 
 
 @contextlib.contextmanager
 def _quiet_hub() -> Iterator[None]:
-    """Silence ``huggingface_hub``'s own logging and progress bars while kvenv downloads.
-    Downloads run in threads: the first one in saves and silences, the last one out restores."""
+    """Silence ``huggingface_hub``'s own logging (its "Retrying in 1s" and "Trying to resume
+    download" lines) and progress bars while kvenv downloads; kvenv reports the failure itself.
+    Downloads run in threads: the first one in saves and silences, the last one out restores.
+
+    The client's download modules are imported first: importing its logging module (lazily,
+    on the first download in a fresh process) resets the client's logger level, which would
+    undo the silencing if it happened inside the window."""
     global _quiet_depth, _quiet_saved
+    import huggingface_hub.file_download  # noqa: F401  (configures the client's logging)
     from huggingface_hub import constants
     from huggingface_hub.utils.tqdm import (
         are_progress_bars_disabled,
@@ -153,13 +176,17 @@ def _quiet_hub() -> Iterator[None]:
         enable_progress_bars,
     )
 
-    logger = logging.getLogger("huggingface_hub")
     # HF_HUB_DISABLE_PROGRESS_BARS set either way wins over the switch (and warns if flipped).
     fixed = constants.HF_HUB_DISABLE_PROGRESS_BARS is not None
     with _quiet_lock:
         if _quiet_depth == 0:
-            _quiet_saved = (logger.level, fixed or are_progress_bars_disabled())
-            logger.setLevel(logging.ERROR)
+            loggers = _hub_loggers()
+            _quiet_saved = (
+                {logger.name: logger.level for logger in loggers},
+                fixed or are_progress_bars_disabled(),
+            )
+            for logger in loggers:
+                logger.setLevel(logging.ERROR)
             if not _quiet_saved[1]:
                 disable_progress_bars()
         _quiet_depth += 1
@@ -169,8 +196,9 @@ def _quiet_hub() -> Iterator[None]:
         with _quiet_lock:
             _quiet_depth -= 1
             if _quiet_depth == 0:
-                level, disabled = _quiet_saved
-                logger.setLevel(level)
+                levels, disabled = _quiet_saved
+                for name, level in levels.items():
+                    logging.getLogger(name).setLevel(level)
                 if not disabled:
                     enable_progress_bars()
 

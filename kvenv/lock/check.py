@@ -1,8 +1,9 @@
 """``kvenv lock --check``: is the lock valid, complete and current? Offline and pure over
 (profile, host snapshot, lock).
 
-Checks: nothing protected in the lock; a portable lock names no index (paths only); every
-package is a wheel with sha256 and size whose file name matches it and installs on the
+Checks: nothing protected in the lock, and no wheel at hand (by path, or in the artifact
+cache) that ships a protected package's import name; a portable lock names no index (paths
+only); every package is a wheel with sha256 and size whose file name matches it and installs on the
 target; every requirement of the native wheel, of the extra roots and of each locked package
 (markers evaluated for the target, extras honoured) is satisfied by host ∪ lock (a host
 package of unknown version is accepted); the profile and host snapshot digests match the
@@ -14,7 +15,8 @@ from __future__ import annotations
 import re
 from collections import deque
 from collections.abc import Iterator
-from pathlib import PurePosixPath
+from pathlib import Path, PurePosixPath
+from urllib.parse import unquote, urlparse
 
 import attrs
 from packaging.markers import Marker
@@ -25,6 +27,13 @@ from packaging.version import Version
 
 from kvenv.errors import Problem
 from kvenv.lock.candidates import name_key
+from kvenv.lock.contents import (
+    PROTECTED_FIX,
+    WheelAtHand,
+    protected_entries,
+    protected_message,
+    sized_file,
+)
 from kvenv.lock.pylock import LockFile
 from kvenv.model.loading import LoadedProfile
 from kvenv.model.snapshot import HostSnapshot, snapshot_digest
@@ -54,7 +63,15 @@ class CheckReport:
         }
 
 
-def check_lock(loaded: LoadedProfile, lock: LockFile, host: HostSnapshot | None) -> CheckReport:
+def check_lock(
+    loaded: LoadedProfile,
+    lock: LockFile,
+    host: HostSnapshot | None,
+    at_hand: WheelAtHand | None = None,
+) -> CheckReport:
+    """Check ``lock``; ``at_hand`` finds wheels already on this machine (the artifact cache),
+    whose file lists are checked for protected import names like wheels the lock names by
+    path."""
     file = str(lock.path)
     problems: list[Problem] = []
     profile = loaded.profile
@@ -72,6 +89,7 @@ def check_lock(loaded: LoadedProfile, lock: LockFile, host: HostSnapshot | None)
             "[target] to evaluate them for (add a [target] table to check them)",
         )
     protected = {name_key(n) for n in [*profile.host.protected, *lock.kvenv.protected]}
+    protected_names = sorted({*profile.host.protected, *lock.kvenv.protected})
     waived = {name_key(w.name) for w in profile.host.waivers}
 
     locked: dict[str, Package] = {}
@@ -82,6 +100,7 @@ def check_lock(loaded: LoadedProfile, lock: LockFile, host: HostSnapshot | None)
         if package.name in locked:
             add(f"{where}.name", f"{package.name} is listed twice", "relock")
         problems.extend(_check_package(package, where, target, file))
+        problems.extend(_check_contents(lock, package, where, protected_names, at_hand))
         if lock.kvenv.portable:
             problems.extend(_check_portable(package, where, file))
         if target is not None and _applies(package, target):
@@ -126,6 +145,48 @@ def _check_package(
     if target is not None and not fits:
         add(f"{where}.wheels", f"no wheel of {package.name} installs on {target.describe()}")
     return out
+
+
+def _wheel_file(lock: LockFile, wheel: PackageWheel, at_hand: WheelAtHand | None) -> Path | None:
+    """The wheel's file on this machine (of the size the lock gives), or None."""
+    sha = wheel.hashes.get("sha256")
+    if not isinstance(sha, str) or not _SHA256.fullmatch(sha):
+        return None
+    candidates: list[Path] = []
+    if wheel.path is not None:
+        candidates.append(lock.path.parent / wheel.path)
+    if wheel.url is not None and wheel.url.startswith("file:"):
+        candidates.append(Path(unquote(urlparse(wheel.url).path)))
+    for candidate in candidates:
+        found = sized_file(candidate, wheel.size)
+        if found is not None:
+            return found
+    if at_hand is not None and wheel.filename:
+        cached = at_hand(sha, wheel.filename, wheel.size)
+        return sized_file(cached, wheel.size) if cached is not None else None
+    return None
+
+
+def _check_contents(
+    lock: LockFile,
+    package: Package,
+    where: str,
+    protected: list[str],
+    at_hand: WheelAtHand | None,
+) -> Iterator[Problem]:
+    """A wheel at hand that ships a protected package's import name."""
+    if not protected:
+        return
+    for w_index, wheel in enumerate(package.wheels or ()):
+        path = _wheel_file(lock, wheel, at_hand)
+        entries = protected_entries(path, protected) if path is not None else ()
+        if entries:
+            yield Problem(
+                protected_message(wheel.filename, entries),
+                file=str(lock.path),
+                path=f"{where}.wheels[{w_index}]",
+                fix=PROTECTED_FIX,
+            )
 
 
 def _check_wheel(wheel: PackageWheel, path: str, file: str) -> Iterator[Problem]:

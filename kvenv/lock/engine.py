@@ -16,9 +16,16 @@ from packaging.requirements import Requirement
 from packaging.utils import NormalizedName, canonicalize_name
 from packaging.version import Version
 
-from kvenv.errors import InputError, KvenvError, LockError, UsageError
+from kvenv.errors import ConflictError, InputError, KvenvError, LockError, UsageError
 from kvenv.lock.cache import IndexCache
 from kvenv.lock.candidates import Universe
+from kvenv.lock.contents import (
+    PROTECTED_FIX,
+    WheelAtHand,
+    protected_entries,
+    protected_message,
+    sized_file,
+)
 from kvenv.lock.finder import Finder
 from kvenv.lock.native import NativeRequires, native_requires
 from kvenv.lock.provider import NativeWheel, constraint_map, prefer_map
@@ -60,6 +67,8 @@ class LockOptions:
     fresh: bool = False
     cache_dir: Path | None = None
     portable: bool | None = None  # None: as the existing lock recorded, else DEFAULT_PORTABLE
+    # where a wheel not in a wheelhouse may already be on this machine (the artifact cache)
+    wheel_at_hand: WheelAtHand | None = None
 
 
 @attrs.frozen
@@ -276,6 +285,7 @@ def _lock(
         loaded, options, native=native, host=host, previous=previous, prefer=prefer
     )
     resolution = resolve(request, universe)
+    refuse_protected_contents(resolution, request.protected, options.wheel_at_hand)
     text = render_lock(
         loaded,
         request,
@@ -289,6 +299,27 @@ def _lock(
         portable=portable_choice(options, previous),
     )
     return text, resolution
+
+
+def refuse_protected_contents(
+    resolution: Resolution, protected: Sequence[str], at_hand: WheelAtHand | None = None
+) -> None:
+    """Raise :class:`ConflictError` when a resolved wheel that is on this machine (in a
+    wheelhouse, or where ``at_hand`` finds it) ships a protected package's import name."""
+    if not protected:
+        return
+    for package in resolution.packages:
+        wheel = package.wheel
+        local = wheel.local_path
+        path = local if local is not None and local.is_file() else None
+        if path is None and at_hand is not None and wheel.sha256 is not None:
+            found = at_hand(wheel.sha256, wheel.filename, wheel.size)
+            path = sized_file(found, wheel.size) if found else None
+        if path is None:
+            continue
+        entries = protected_entries(path, protected)
+        if entries:
+            raise ConflictError(protected_message(wheel.filename, entries), hint=PROTECTED_FIX)
 
 
 def render_lock(

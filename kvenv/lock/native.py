@@ -2,17 +2,22 @@
 had, in this order: a ``--native-requires FILE``; the wheel's source when reachable (a path
 source is read in place and its sha256 checked; an index source through the finder; hf and url
 sources by HTTP range requests); else the ``requires`` recorded in the existing lock for the
-same native identity. They are recorded in the new lock so later checks run offline."""
+same native identity. Metadata read from a remote source is cached by the wheel's sha256, and
+that cache serves first (so ``--offline --fresh`` works with a warm cache). They are
+recorded in the new lock so later checks run offline."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
 import attrs
+from packaging.utils import canonicalize_name
+from packaging.version import Version
 
 from kvenv._util.hashing import sha256_file
 from kvenv._util.redact import redact_url
 from kvenv.errors import FetchError, IntegrityError, KvenvError
+from kvenv.lock.cache import IndexCache
 from kvenv.lock.finder import Finder
 from kvenv.lock.metadata import (
     MetadataFetcher,
@@ -24,6 +29,10 @@ from kvenv.lock.pylock import LockFile
 from kvenv.lock.reqfile import read_requirements
 from kvenv.model.loading import LoadedProfile
 from kvenv.model.profile import HfSource, IndexSource, Native, PathSource, UrlSource
+
+# How requirements read from each kind of source are recorded (``requires-from``); the same
+# whether they came over the network or from the metadata cache, so the lock is the same.
+_LABELS = {"index": "index metadata", "url": "url", "hf": "hf"}
 
 
 @attrs.frozen
@@ -90,8 +99,20 @@ def _from_source(
             )
         meta = read_wheel_metadata(path)
         return NativeRequires(meta.requires, "wheel")
-    if offline:
-        raise FetchError("offline")
+    cache = finder.cache if finder is not None else None
+    key = IndexCache.metadata_key(native.sha256, "")
+    cached = cache.get_metadata(key) if cache is not None else None
+    if cached is not None:
+        meta = parse_metadata(cached, origin=f"the cached metadata of {native.name}")
+        if (canonicalize_name(meta.name), meta.version) == (
+            canonicalize_name(native.name),
+            Version(native.version),
+        ):
+            return NativeRequires(meta.requires, _LABELS.get(source.kind, source.kind))
+    if offline and not isinstance(source, IndexSource):  # the finder knows its own cache
+        raise FetchError(
+            f"offline, and no cached metadata of the native wheel (sha256 {native.sha256})"
+        )
     if isinstance(source, IndexSource):
         if finder is None:
             raise FetchError("no finder")
@@ -100,27 +121,33 @@ def _from_source(
                 source.filename is not None and wheel.filename == source.filename
             ):
                 fetcher = MetadataFetcher(finder.cache, lambda: finder.session, offline=offline)
-                return NativeRequires(fetcher.get(wheel).requires, "index metadata")
+                return NativeRequires(fetcher.get(wheel).requires, _LABELS["index"])
         raise FetchError(f"the index has no wheel of {native.name} with sha256 {native.sha256}")
+    url: str
     if isinstance(source, UrlSource):
-        return NativeRequires(_remote_requires(source.url, native.name), "url")
-    if isinstance(source, HfSource):
-        return NativeRequires(_hf_requires(source, native.name), "hf")
-    raise FetchError("unknown native source")
+        url, how = source.url, _LABELS["url"]
+    elif isinstance(source, HfSource):
+        url, how = _hf_url(source), _LABELS["hf"]
+    else:
+        raise FetchError("unknown native source")
+    data = _remote_metadata(url, native.name)
+    requires = parse_metadata(data, origin=redact_url(url)).requires
+    if cache is not None:
+        cache.put_metadata(key, data)
+    return NativeRequires(requires, how)
 
 
-def _remote_requires(url: str, name: str) -> tuple[str, ...]:
+def _remote_metadata(url: str, name: str) -> bytes:
     import httpx2
 
     with httpx2.Client(timeout=15.0, follow_redirects=True) as client:
-        data = range_metadata(client, url, name, origin=f"the native wheel {name}")
-    return parse_metadata(data, origin=redact_url(url)).requires
+        return range_metadata(client, url, name, origin=f"the native wheel {name}")
 
 
-def _hf_requires(source: HfSource, name: str) -> tuple[str, ...]:
+def _hf_url(source: HfSource) -> str:
     from huggingface_hub import hf_hub_url
 
-    url = hf_hub_url(
+    url: str = hf_hub_url(
         source.repo, source.filename, revision=source.revision, repo_type=source.repo_type
     )
-    return _remote_requires(url, name)
+    return url

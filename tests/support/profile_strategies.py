@@ -109,7 +109,8 @@ def _repair(profile: Profile) -> Profile:
         for w in {canonicalize_name(w.name): w for w in profile.overlay.record_waivers}.values()
         if canonicalize_name(w.name) not in sacred
     ]
-    overlay = attrs.evolve(profile.overlay, record_waivers=record_waivers)
+    allow_pth = list({canonicalize_name(w.name): w for w in profile.overlay.allow_pth}.values())
+    overlay = attrs.evolve(profile.overlay, record_waivers=record_waivers, allow_pth=allow_pth)
     return attrs.evolve(
         profile, target=target, runtime=runtime, native=native, host=host, overlay=overlay
     )
