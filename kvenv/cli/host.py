@@ -67,7 +67,12 @@ def register(sub: Any) -> None:
     p.add_argument("--json", action="store_true", help="machine-readable report")
     p.add_argument("--host", metavar="SNAPSHOT", help="check this snapshot instead of probing")
     p.add_argument("--import-torch", action="store_true", help="probe with torch imported")
-    p.add_argument("--python", metavar="EXE", help="probe this interpreter instead of kvenv's")
+    p.add_argument(
+        "--python",
+        metavar="EXE",
+        help="the host interpreter (default: $KVENV_PYTHON, [host] python, the active "
+        "environment, python3 on PATH)",
+    )
     p.set_defaults(func=cmd_doctor)
 
     p = sub.add_parser("verify-gpus", help="can the visible GPUs run this tensor-parallel size?")
@@ -77,7 +82,7 @@ def register(sub: Any) -> None:
     p.add_argument("--json", action="store_true", help="machine-readable verdict")
     p.set_defaults(func=cmd_verify_gpus)
 
-    p = sub.add_parser("verify-wheel", help="print a wheel's sha256 (and check it)")
+    p = sub.add_parser("verify-wheel", help="check a wheel's contents; print its sha256")
     p.add_argument("path", metavar="PATH", help="the .whl file")
     p.add_argument("--sha256", metavar="H", help="expected digest (exit 2 on a mismatch)")
     p.add_argument("--json", action="store_true", help="machine-readable result")
@@ -245,7 +250,16 @@ def cmd_doctor(args: argparse.Namespace) -> int:
     from kvenv.probe.doctor import diagnose
 
     loaded = load_profile(args.profile)
-    host, source = _load_host(args.host, import_torch=args.import_torch, python=args.python)
+    if args.host:
+        host, source = _load_host(args.host)
+    else:  # the host interpreter, resolved as plan, apply and verify resolve it
+        from kvenv.cli.apply import host_python
+
+        python = host_python(args, loaded)
+        host, _ = _load_host(
+            None, import_torch=args.import_torch, python=None if python.own else python.path
+        )
+        source = f"live probe of {python.describe()}"
     recorded = recorded_host(loaded)
     applied = applied_state(loaded)
     report = diagnose(
@@ -347,8 +361,17 @@ def cmd_verify_wheel(args: argparse.Namespace) -> int:
     check = verify_wheel(Path(args.path), args.sha256)
     if args.json:
         emit_json(check.to_json())
-    else:
-        out(f"{check.sha256}  {check.path.name}")
+        return EXIT_OK if check.ok else EXIT_CHECK_FAILED
+    if not check.ok:
+        from kvenv.errors import CheckFailed, Problem
+
+        raise CheckFailed(
+            f"not a sound wheel: {check.path}: {len(check.problems)} problem(s)",
+            problems=[Problem(p, file=str(check.path)) for p in check.problems],
+            hint="the wheel is damaged or was altered after it was built: download or build "
+            "it again",
+        )
+    out(f"{check.sha256}  {check.path.name}")
     return EXIT_OK
 
 

@@ -1,9 +1,10 @@
 """Host checks: a host snapshot held against a profile's target. Pure.
 
 Used by ``kvenv plan`` (findings before apply) and ``kvenv doctor``. Implementation, ABI, OS and
-machine mismatches are always errors; the other checks are warnings unless ``strict``. A fact
-the snapshot does not hold (NCCL without ``--import-torch``, the version of a package the
-recorded snapshot lists without one) is ``untested``, never a pass.
+machine mismatches, and a protected package the recorded snapshot lists but the host lacks (the
+wrong interpreter probed, most often), are always errors; the other checks are warnings unless
+``strict``. A fact the snapshot does not hold (NCCL without ``--import-torch``, the version of
+a package the recorded snapshot lists without one) is ``untested``, never a pass.
 
 ``recorded`` is the profile's own host snapshot (``host.snapshot``): the protected packages
 and NCCL of the host are expected at the versions it records.
@@ -195,11 +196,16 @@ def _protected(
         if have is None and want is None:
             yield c.ok(check, "not installed (nor recorded in the host snapshot)")
         elif have is None and want is not None:
-            yield c.bad(
+            # The recorded host provides it and this one does not: usually the wrong
+            # interpreter was probed. An error even without --strict (kvenv never installs it).
+            yield _mismatch(
+                "error",
                 check,
                 want.version or "installed",
                 None,
-                f"this host lacks {name}, which the profile expects the host to provide",
+                f"this host lacks {name}, which the profile expects the host to provide; "
+                "if another interpreter is the host, name it with --python, $KVENV_PYTHON "
+                "or [host] python",
             )
         elif have is not None and want is None:
             where = "no host snapshot" if recorded is None else "not in the host snapshot"

@@ -91,12 +91,7 @@ CASES: list[tuple[str, Callable[[HostSnapshot], HostSnapshot], str, str]] = [
         "expected 2.10.0+cu128 (the host snapshot); found 2.9.1+cu128",
         "re-lock",
     ),
-    (
-        "protected torch",
-        lambda h: _evolve(h, distributions=[d for d in h.distributions if d.name != "torch"]),
-        "expected 2.10.0+cu128; found none",
-        "lacks torch",
-    ),
+    # a missing protected torch is an error even without --strict: test_host_protected.py
     (
         "torch CUDA",
         lambda h: _evolve(h, torch=_evolve(h.torch, cuda="12.6")),

@@ -1,0 +1,102 @@
+"""Which Python interpreter is "the host": one rule, resolved the same way by every command.
+
+In order: ``--python``, ``$KVENV_PYTHON``, the profile's ``[host] python``, the active virtual
+environment (``$VIRTUAL_ENV/bin/python``) or conda environment (``$CONDA_PREFIX/bin/python``),
+``python3`` on ``PATH``; kvenv's own interpreter only when none of these exists, and then the
+result says so. An interpreter that is *named* (the flag, the variable, the profile) and does
+not exist is an error naming where it came from; the environments and ``PATH`` are only
+consulted. Pure: the environment, the file checks and ``which`` are passed in.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import sys
+from collections.abc import Callable, Mapping
+
+import attrs
+
+from kvenv.errors import InputError
+
+__all__ = ["ENV_PYTHON", "HostPython", "resolve_host_python"]
+
+ENV_PYTHON = "KVENV_PYTHON"
+
+
+@attrs.frozen
+class HostPython:
+    """The host interpreter's path and where that choice came from."""
+
+    path: str
+    source: str  # "--python", "$KVENV_PYTHON", "the profile's [host] python", ...
+    own: bool = False  # kvenv's own interpreter (probe in process)
+    note: str | None = None  # said when kvenv fell back to its own interpreter
+
+    def describe(self) -> str:
+        return f"{self.path} (from {self.source})"
+
+
+def _runnable(path: str) -> bool:
+    return os.path.isfile(path) and os.access(path, os.X_OK)
+
+
+def resolve_host_python(
+    *,
+    flag: str | None,
+    environ: Mapping[str, str],
+    profile_value: str | None = None,
+    profile_file: str | None = None,
+    which: Callable[[str], str | None] = shutil.which,
+    runnable: Callable[[str], bool] = _runnable,
+    own: str = sys.executable,
+) -> HostPython:
+    """The host interpreter by the rule above. ``profile_value`` is the profile's
+    ``[host] python`` already resolved against the profile (``profile_file`` names it)."""
+    named: list[tuple[str | None, str, str]] = [
+        (flag, "--python", "pass an existing python to --python"),
+        (
+            environ.get(ENV_PYTHON),
+            f"${ENV_PYTHON}",
+            f"set {ENV_PYTHON} to an existing python, or unset it",
+        ),
+        (
+            profile_value,
+            "the profile's [host] python" + (f" ({profile_file})" if profile_file else ""),
+            "set [host] python to an existing interpreter (e.g. /usr/bin/python3)",
+        ),
+    ]
+    for value, source, fix in named:
+        if value is None:
+            continue
+        if value == "":
+            raise InputError(f"the host interpreter from {source} is empty", hint=fix)
+        path = value if os.sep in value else which(value)
+        if path is None or not runnable(path):
+            raise InputError(
+                f"the host interpreter {value} (from {source}) does not exist or is not executable",
+                hint=fix,
+            )
+        return _host(os.path.abspath(path), source, own)
+    for variable in ("VIRTUAL_ENV", "CONDA_PREFIX"):
+        prefix = environ.get(variable)
+        if prefix:
+            path = os.path.join(prefix, "bin", "python")
+            if runnable(path):
+                return _host(os.path.abspath(path), f"the active environment ${variable}", own)
+    found = which("python3")
+    if found is not None and runnable(found):
+        return _host(os.path.abspath(found), "python3 on PATH", own)
+    return HostPython(
+        own,
+        "kvenv's own interpreter",
+        own=True,
+        note=(
+            f"no host interpreter found (no --python, ${ENV_PYTHON}, [host] python, active "
+            f"environment or python3 on PATH): using kvenv's own, {own}"
+        ),
+    )
+
+
+def _host(path: str, source: str, own: str) -> HostPython:
+    return HostPython(path, source, own=path == os.path.abspath(own))
