@@ -48,6 +48,7 @@ def cmd_bundle(args: argparse.Namespace) -> int:
 def _make(args: argparse.Namespace) -> int:
     from kvenv.fetch.bundle import make_bundle
     from kvenv.model.loading import load_profile
+    from kvenv.model.locations import given_path
 
     loaded = load_profile(args.profile)
     progress = TerminalProgress("bundling", enabled=sys.stderr.isatty() and not args.json)
@@ -55,7 +56,7 @@ def _make(args: argparse.Namespace) -> int:
         info = make_bundle(
             loaded,
             Path(args.output),
-            cache=Path(args.cache) if args.cache else None,
+            cache=None if args.cache is None else given_path(args.cache, "--cache"),
             offline=args.offline,
             jobs=args.jobs,
             progress=progress,

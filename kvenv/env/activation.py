@@ -153,6 +153,77 @@ def activation_for(manifest: Manifest, host: HostSnapshot | None = None) -> Acti
     return activation
 
 
+def activation_differences(
+    manifest: Manifest,
+    env: Mapping[str, str],
+    host: HostSnapshot | None,
+    *,
+    same_profile: bool,
+    allowed_env: Iterable[str] = (),
+) -> list[str]:
+    """How the manifest's activation differs from what activation would emit for this
+    generation: its dirs and ``.pth`` files read afresh, ``env`` (the profile's
+    ``[runtime.env]``: compared exactly when ``same_profile``, else only its loader-changing
+    names against ``allowed_env``), and library dirs among those of the host (``host``, the
+    host packages the manifest recorded, the driver and CUDA dirs). One sentence each."""
+    from kvenv.model.profile import loads_code
+
+    dirs = manifest.dirs
+    try:
+        fresh, _ = build_activation(
+            generation=Path(dirs.native).parent,
+            overlay=Path(dirs.overlay),
+            native=Path(dirs.native),
+            bin_dir=Path(dirs.bin),
+            host=host,
+            env=env,
+            protected=(),
+        )
+    except OSError as exc:
+        return [f"cannot read the generation's directories: {exc}"]
+    have = manifest.activation
+    out: list[str] = []
+    for field in ("pythonpath", "path", "site_dirs", "pth_imports"):
+        recorded, computed = getattr(have, field), getattr(fresh, field)
+        if recorded != computed:
+            extra = [e for e in recorded if e not in computed]
+            shown = f" (not computed: {', '.join(map(repr, extra[:3]))})" if extra else ""
+            out.append(f"activation.{field} differs from what the generation gives{shown}")
+    libraries = set(fresh.ld_library_path) | set(DEFAULT_DRIVER_DIRS) | _recorded_libs(manifest)
+    if host is not None and host.cuda is not None:
+        libraries |= set(host.cuda.library_dirs or ())
+    for entry in have.ld_library_path:
+        if entry not in libraries:
+            out.append(
+                f"activation.ld_library_path entry {entry!r} is none of the host's library dirs"
+            )
+    allowed = set(allowed_env)
+    for name, value in sorted(have.env.items()):
+        if same_profile and env.get(name) != value:
+            out.append(f"activation.env.{name} is not the profile's [runtime.env] {name}")
+        elif not same_profile and loads_code(name) and name not in allowed:
+            out.append(f"activation.env.{name} changes how processes load code; not allowed")
+    if same_profile:
+        out.extend(
+            f"activation.env.{name} of the profile's [runtime.env] is missing"
+            for name in sorted(set(env) - set(have.env))
+        )
+    return out
+
+
+def _recorded_libs(manifest: Manifest) -> set[str]:
+    """The ``lib`` dirs of the host torch recorded in the manifest (as the package dir, or as
+    the site dir that holds it)."""
+    out: set[str] = set()
+    for package in manifest.host_protected:
+        if package.location:
+            base = package.location
+            if base.endswith(".py"):
+                base = os.path.dirname(base)
+            out |= {os.path.join(base, "lib"), os.path.join(base, package.name, "lib")}
+    return out
+
+
 # -- rendering ---------------------------------------------------------------------------------
 
 
@@ -268,11 +339,13 @@ def locate_manifest(
         return Path(manifest)
     if profile is None and root is None and os.environ.get(ENV_MANIFEST):
         return Path(os.environ[ENV_MANIFEST])
+    from kvenv.env.root import check_owner, owner_of
     from kvenv.model.loading import load_profile
     from kvenv.model.locations import resolve_locations
 
     loaded = load_profile(profile)
     locations = resolve_locations(loaded.profile, root=os.fspath(root) if root else None)
+    check_owner(locations.root, owner_of(loaded))
     return current_manifest_path(locations.root)
 
 
@@ -299,6 +372,9 @@ def activate_in_process(
         if manifest is not None:
             raise InputError(f"manifest not found: {path}", hint="run `kvenv apply` first")
         return False
+    from kvenv.env.root import check_manifest_file
+
+    check_manifest_file(path.absolute())
     loaded = read_manifest(path)
     activation = activation_for(loaded)
     before = list(sys.path)

@@ -13,11 +13,14 @@ import attrs
 from kvenv.env.root import (
     current_manifest,
     current_state,
+    foreign_owner,
     is_owned,
     list_generations,
     manifest_path,
+    owner_of,
+    read_owner,
 )
-from kvenv.errors import InputError
+from kvenv.errors import InputError, IntegrityError
 from kvenv.lock.input import profile_lock
 from kvenv.model.loading import LoadedProfile
 from kvenv.model.locations import Locations, resolve_locations
@@ -37,9 +40,12 @@ class AppliedState:
 def applied_state(loaded: LoadedProfile) -> AppliedState:
     """Read the current generation of ``loaded``'s runtime root for doctor."""
     root = resolve_locations(loaded.profile).root
+    other = foreign_owner(root, owner_of(loaded))
+    if other is not None:
+        return AppliedState(None, f"{root} belongs to profile {other.describe()}, not this one")
     try:
         manifest = current_manifest(root)
-    except InputError as exc:
+    except (InputError, IntegrityError) as exc:
         message = "; ".join([exc.message, *(p.render() for p in exc.problems)])
         finding = DependencyFinding(
             "(manifest)", "error", message, "overlay", fix="run `kvenv apply` again"
@@ -70,6 +76,12 @@ def root_status(loaded: LoadedProfile, locations: Locations) -> dict[str, Any]:
     }
     if not is_owned(locations.root):
         return data
+    owner = read_owner(locations.root)
+    if owner is not None:
+        data["owner"] = {"name": owner.name, "file": owner.file}
+        data["owned"] = owner == owner_of(loaded)
+        if not data["owned"]:
+            return data  # another profile's runtime: nothing of this one is applied here
     pointer, manifest = current_state(locations)
     data["generations"] = list_generations(locations)
     if manifest is None or pointer is None:

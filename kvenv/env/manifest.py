@@ -4,7 +4,8 @@ and how to activate it. JSON, schema 1 (``schemas/manifest.schema.json``).
 It is written last into its generation directory (atomically, see :mod:`kvenv._util.atomic`);
 the pointer ``<root>/current.json`` (:mod:`kvenv.env.root`) names the current generation.
 A manifest whose directories or ``PYTHONPATH``/``PATH`` entries lie outside its runtime root is
-refused on reading.
+refused on reading; the pointer records the manifest's sha256, so a manifest edited by hand is
+refused by every reader of the current state (:mod:`kvenv.env.root`).
 """
 
 from __future__ import annotations
@@ -60,6 +61,17 @@ class RecordMismatch:
     file: str
     expected: str
     actual: str
+
+
+@attrs.frozen
+class ExecutablePth:
+    """A line of a wheel's ``.pth`` file that ``site`` executes at every interpreter start (it
+    begins with ``import`` and a space or tab). Installed only when the profile allows the
+    distribution (``[[overlay.allow_pth]]``); ``file`` is the RECORD path."""
+
+    dist: str
+    file: str
+    line: str
 
 
 @attrs.frozen
@@ -125,6 +137,8 @@ class Manifest:
     python: str | None = None
     notes: list[str] = attrs.field(factory=list)
     conflicts: list[FileConflict] = attrs.field(factory=list)
+    # executable .pth lines the generation's wheels ship (each allowed by the profile)
+    executable_pth: list[ExecutablePth] = attrs.field(factory=list)
 
     @property
     def generation(self) -> str:
@@ -142,11 +156,14 @@ class Manifest:
 
 @attrs.frozen
 class Pointer:
-    """``<root>/current.json``: which generation is current."""
+    """``<root>/current.json``: which generation is current, and the sha256 (hex) of its
+    manifest's bytes. Every reader of the current manifest checks that digest; a pointer
+    without one (written by an older kvenv) cannot vouch for its manifest."""
 
     schema: Literal[1]
     generation: str
     previous: str | None = None
+    manifest_sha256: str | None = None
 
 
 def manifest_to_dict(manifest: Manifest) -> dict[str, Any]:

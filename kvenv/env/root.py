@@ -2,9 +2,11 @@
 
 Every name below is kvenv's; nothing else in a root is touched::
 
-    <root>/.kvenv-root                    ownership marker (a root without it is not kvenv's)
+    <root>/.kvenv-root                    ownership marker (a root without it is not kvenv's),
+                                          naming the profile it belongs to (RootOwner)
     <root>/.kvenv.lock                    file lock serialising applies (+ .kvenv.lock.owner)
-    <root>/current.json                   {"generation": ID, "previous": ID}: THE switch
+    <root>/current.json                   {"generation": ID, "previous": ID,
+                                           "manifest_sha256": HEX}: THE switch
     <root>/activate.sh|.fish|.ps1         activation scripts (written by kvenv.env.activation)
     <root>/generations/<ID>/native/       the native wheel (hard links from the store)
     <root>/generations/<ID>/overlay/      the overlay wheels
@@ -22,17 +24,24 @@ it while a later apply switches (that previous generation is kept until the next
 from __future__ import annotations
 
 import datetime
+import errno
 import json
 import os
 from collections.abc import Callable
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+import attrs
 
 from kvenv import __version__
 from kvenv._util import atomic
-from kvenv.env.manifest import MANIFEST_NAME, Manifest, Pointer, read_manifest
-from kvenv.errors import ConflictError, InputError, Problem
+from kvenv.env.manifest import MANIFEST_NAME, Manifest, Pointer, path_inside, read_manifest
+from kvenv.errors import ConflictError, InputError, IntegrityError, KvenvError, Problem
 from kvenv.model import convert
 from kvenv.model.locations import LOCK_NAME, ROOT_MARKER, Locations
+
+if TYPE_CHECKING:
+    from kvenv.model.loading import LoadedProfile
 
 POINTER_NAME = "current.json"
 OWNER_SUFFIX = ".owner"
@@ -43,14 +52,84 @@ OWN_NAMES = frozenset({ROOT_MARKER, LOCK_NAME, LOCK_NAME + OWNER_SUFFIX})
 # -- ownership ---------------------------------------------------------------------------------
 
 
+@attrs.frozen
+class RootOwner:
+    """The profile a root belongs to, recorded in its ``.kvenv-root`` marker: the profile's
+    name and the resolved path of its file (None for a built-in profile, whose file moves with
+    the kvenv install). Both must match: profiles that inherit ``[paths] root`` from a parent
+    differ by name, two files that give the same name differ by file."""
+
+    name: str
+    file: str | None = None
+
+    def describe(self) -> str:
+        return f"{self.name!r} ({self.file or 'built-in'})"
+
+    def reference(self) -> str:
+        """How to name this profile on a command line."""
+        return self.file or self.name
+
+
+def owner_of(loaded: LoadedProfile) -> RootOwner:
+    """The identity a root records for ``loaded``."""
+    if loaded.origin == "builtin":
+        return RootOwner(loaded.profile.name)
+    return RootOwner(loaded.profile.name, str(loaded.path.resolve()))
+
+
 def is_owned(root: Path) -> bool:
     """Whether ``root`` carries kvenv's ownership marker."""
     return (root / ROOT_MARKER).is_file()
 
 
+def _read_marker(root: Path) -> dict[str, object]:
+    try:
+        data = json.loads((root / ROOT_MARKER).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+    return data if isinstance(data, dict) else {}
+
+
+def read_owner(root: Path) -> RootOwner | None:
+    """The profile ``root`` belongs to; None when its marker names none (an older kvenv)."""
+    owner = _read_marker(root).get("owner")
+    if not isinstance(owner, dict) or not isinstance(owner.get("name"), str):
+        return None
+    file = owner.get("file")
+    return RootOwner(str(owner["name"]), file if isinstance(file, str) else None)
+
+
+def _write_marker(root: Path, owner: RootOwner | None, created_at: str | None = None) -> None:
+    data: dict[str, object] = {"kvenv": __version__, "created_at": created_at or now()}
+    if owner is not None:
+        data["owner"] = {"name": owner.name, "file": owner.file}
+    atomic.write_json(root / ROOT_MARKER, data)
+
+
+def foreign_owner(root: Path, owner: RootOwner) -> RootOwner | None:
+    """The other profile ``root`` belongs to, or None when it is ``owner``'s or names none."""
+    found = read_owner(root) if is_owned(root) else None
+    return found if found is not None and found != owner else None
+
+
+def check_owner(root: Path, owner: RootOwner) -> None:
+    """Refuse (:class:`ConflictError`) to read ``root`` for ``owner`` when it belongs to
+    another profile: that profile's environment is not this one's."""
+    other = foreign_owner(root, owner)
+    if other is None:
+        return
+    raise ConflictError(
+        f"the runtime root {root} belongs to profile {other.describe()}, "
+        f"not to {owner.describe()}: nothing of {owner.name!r} is applied there",
+        hint=f"give {owner.name!r} its own root (--root DIR, $KVENV_ROOT, or [paths] root in "
+        f"its profile) and apply it there, or use {other.name!r}",
+    )
+
+
 def claim_root(root: Path) -> None:
     """Make ``root`` a kvenv runtime root: create it, or adopt it when empty. A non-empty
-    directory without the marker is someone else's and is refused."""
+    directory without the marker is someone else's and is refused. (Which profile owns it is
+    settled under the root lock: :func:`take_ownership`.)"""
     if root.is_symlink() and not root.exists():
         raise ConflictError(f"runtime root is a dangling symlink: {root}")
     if root.exists() and not root.is_dir():
@@ -70,12 +149,69 @@ def claim_root(root: Path) -> None:
                 "does not own",
             )
     root.mkdir(parents=True, exist_ok=True)
-    atomic.write_json(root / ROOT_MARKER, {"kvenv": __version__, "created_at": now()})
+    _write_marker(root, None)
+
+
+def take_ownership(root: Path, owner: RootOwner) -> None:
+    """Record ``owner`` in the marker of a claimed ``root`` (call it holding the root lock).
+    A root that belongs to another profile and holds an applied generation is refused
+    (:class:`ConflictError`, naming both profiles and the fix); one without an owner (new, or
+    made by an older kvenv) or with nothing applied is taken over."""
+    import shlex
+
+    found = read_owner(root)
+    if found == owner:
+        return
+    if found is not None and (root / POINTER_NAME).exists():
+        reset = shlex.join(["kvenv", "reset", found.reference(), "--root", str(root), "--yes"])
+        raise ConflictError(
+            f"refusing to apply profile {owner.describe()} in {root}: the root belongs to "
+            f"profile {found.describe()}",
+            hint=f"give {owner.name!r} its own root (--root DIR, $KVENV_ROOT, or [paths] root "
+            f"in its profile), or remove {found.name!r}'s runtime first: `{reset}`",
+        )
+    created = _read_marker(root).get("created_at")
+    _write_marker(root, owner, created if isinstance(created, str) else None)
 
 
 def now() -> str:
     """The current UTC time as ISO 8601, to the second (what markers and manifests record)."""
     return datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
+
+
+def unusable_dir_error(exc: OSError, locations: Locations) -> KvenvError | None:
+    """The root or cache directory named by ``exc`` (a permission or "not a directory" error)
+    as a message that names the path and where it came from, with a fix that fits; None when
+    ``exc`` is about neither."""
+    if exc.errno not in _UNUSABLE or not exc.filename:
+        return None
+    where = os.path.abspath(os.fsdecode(exc.filename))
+    if exc.errno == errno.EEXIST and os.path.isdir(where):
+        return None  # not a file in the way: some other failure, reported as it is
+    for what, base, origin, flag in (
+        ("runtime root", locations.root, locations.root_from, "--root DIR"),
+        ("cache", locations.cache, locations.cache_from, "--cache DIR"),
+    ):
+        if not (path_inside(where, str(base)) or path_inside(str(base), where)):
+            continue  # neither in this directory nor one of its parents
+        reason = os.strerror(exc.errno)
+        if exc.errno in (errno.EACCES, errno.EPERM, errno.EROFS):
+            hint = (
+                f"make {base} (or its parent) writable for this user, or choose another "
+                f"{what} with {flag}"
+            )
+        else:
+            hint = (
+                f"a file stands where a directory of {base} must be: choose another {what} "
+                f"with {flag}"
+            )
+        return InputError(
+            f"cannot use the {what} {base} (from {origin}): {reason}: {where}", hint=hint
+        )
+    return None
+
+
+_UNUSABLE = frozenset({errno.EACCES, errno.EPERM, errno.EROFS, errno.ENOTDIR, errno.EEXIST})
 
 
 # -- the root lock -----------------------------------------------------------------------------
@@ -208,17 +344,67 @@ def read_pointer(root: Path) -> Pointer | None:
 
 
 def switch(locations: Locations, generation: str, previous: str | None) -> None:
-    """The one atomic state change: replace ``current.json``."""
-    data = {"schema": 1, "generation": generation, "previous": previous}
+    """The one atomic state change: replace ``current.json``, recording the sha256 of the
+    generation's manifest (written, durably, before the switch)."""
+    digest = _file_sha256(manifest_path(locations.root, generation))
+    data = {"schema": 1, "generation": generation, "previous": previous, "manifest_sha256": digest}
     atomic.write_json(locations.root / POINTER_NAME, data)
 
 
+def _file_sha256(path: Path) -> str | None:
+    import hashlib
+
+    try:
+        return hashlib.sha256(path.read_bytes()).hexdigest()
+    except FileNotFoundError:
+        return None
+
+
+def checked_manifest_path(root: Path, pointer: Pointer) -> Path:
+    """The manifest ``pointer`` names, after checking its bytes against the digest the pointer
+    recorded: an :class:`IntegrityError` naming the file and the fix when they differ (a hand
+    edit) or the pointer records none (an older kvenv). A missing manifest is left to its
+    reader, which says so."""
+    path = manifest_path(root, pointer.generation)
+    have = _file_sha256(path)
+    if have is None or have == pointer.manifest_sha256:
+        return path
+    if pointer.manifest_sha256 is None:
+        why = f"{root / POINTER_NAME} records no manifest digest (written by an older kvenv)"
+    else:
+        why = (
+            f"its sha256 is {have}, the pointer {root / POINTER_NAME} records "
+            f"{pointer.manifest_sha256}: it was edited after kvenv wrote it"
+        )
+    raise IntegrityError(
+        f"the current manifest cannot be trusted: {path}: {why}",
+        hint="run `kvenv apply` (it builds a fresh generation); activation never reads an "
+        "unverified manifest",
+    )
+
+
+def check_manifest_file(path: Path) -> None:
+    """A manifest named explicitly (``--manifest``, ``$KVENV_MANIFEST``) that is the current
+    manifest of a kvenv root is checked against that root's pointer like any reader's; other
+    files (an older generation, a copy) have no digest to check against."""
+    generation = path.parent
+    if path.name != MANIFEST_NAME or generation.parent.name != GENERATIONS:
+        return
+    root = generation.parent.parent
+    if not is_owned(root):
+        return
+    pointer = read_pointer(root)
+    if pointer is not None and pointer.generation == generation.name:
+        checked_manifest_path(root, pointer)
+
+
 def current_manifest_path(root: Path) -> Path | None:
-    """The manifest file of the current generation, or None when nothing was applied."""
+    """The manifest file of the current generation, checked against the pointer's digest,
+    or None when nothing was applied."""
     pointer = read_pointer(root)
     if pointer is None:
         return None
-    return manifest_path(root, pointer.generation)
+    return checked_manifest_path(root, pointer)
 
 
 def current_manifest(root: Path) -> Manifest | None:
@@ -230,11 +416,12 @@ def current_manifest(root: Path) -> Manifest | None:
 
 
 def current_state(locations: Locations) -> tuple[Pointer | None, Manifest | None]:
-    """The pointer and the current manifest of the root (both None when nothing is applied)."""
+    """The pointer and the current manifest of the root (both None when nothing is applied);
+    the manifest is checked against the pointer's digest."""
     pointer = read_pointer(locations.root)
     if pointer is None:
         return None, None
-    path = manifest_path(locations.root, pointer.generation)
+    path = checked_manifest_path(locations.root, pointer)
     return pointer, read_manifest(path, root=locations.root)
 
 

@@ -1,5 +1,9 @@
 """Where a profile's runtime root and cache are: flag, then environment, then the profile's
-``[paths]``, then a per-user default. Pure apart from reading ``os.environ``."""
+``[paths]``, then a per-user default. Pure apart from reading ``os.environ``.
+
+An empty path (``--root ""``, ``KVENV_ROOT=`` set but empty) is refused, never read as "not
+given": falling back to the default would act on a directory the user did not name. Each
+:class:`Locations` records where its root and cache came from, so messages can say it."""
 
 from __future__ import annotations
 
@@ -10,6 +14,7 @@ from pathlib import Path
 
 import attrs
 
+from kvenv.errors import UsageError
 from kvenv.model.profile import Profile
 
 ENV_ROOT = "KVENV_ROOT"
@@ -19,10 +24,16 @@ ROOT_MARKER = ".kvenv-root"
 LOCK_NAME = ".kvenv.lock"
 
 
+# where a root or cache came from, as messages name it
+FROM_DEFAULT = "the default"
+
+
 @attrs.frozen
 class Locations:
     root: Path
     cache: Path
+    root_from: str = FROM_DEFAULT  # "--root", "$KVENV_ROOT", "the profile's [paths] root", ...
+    cache_from: str = FROM_DEFAULT
 
     @property
     def store(self) -> Path:
@@ -50,11 +61,27 @@ def user_data_dir(environ: Mapping[str, str]) -> Path:
     return (Path(xdg) if xdg else Path.home() / ".local" / "share") / "kvenv"
 
 
+def given_path(value: str | Path, origin: str) -> Path:
+    """``value`` as an absolute path; an empty one is a :class:`UsageError` naming ``origin``
+    (a flag such as ``--root`` or a variable such as ``$KVENV_ROOT``)."""
+    if not str(value).strip():
+        raise UsageError(
+            f"{origin} is empty: an empty path is refused (it would not name a directory)",
+            hint=f"give {origin} a directory, or leave it out to use the default",
+        )
+    return _absolute(value)
+
+
+def _from_env(environ: Mapping[str, str], name: str) -> Path | None:
+    value = environ.get(name)
+    return None if value is None else given_path(value, f"${name}")
+
+
 def default_cache_dir() -> Path:
     """``$KVENV_CACHE_DIR``, else the user cache directory (downloads, store, index pages)."""
-    explicit = os.environ.get(ENV_CACHE)
-    if explicit:
-        return Path(explicit).expanduser()
+    explicit = _from_env(os.environ, ENV_CACHE)
+    if explicit is not None:
+        return explicit
     if sys.platform == "win32":
         base = Path(os.environ.get("LOCALAPPDATA") or Path.home() / "AppData" / "Local")
         return base / "kvenv" / "Cache"
@@ -75,12 +102,35 @@ def resolve_locations(
     cache: str | Path | None = None,
     environ: Mapping[str, str] | None = None,
 ) -> Locations:
+    """The root and cache for ``profile``: flag, environment, ``[paths]``, default (an empty
+    flag or variable is refused)."""
     env = os.environ if environ is None else environ
-    chosen_root = root or env.get(ENV_ROOT) or profile.paths.root
-    if chosen_root:
-        root_path = _absolute(chosen_root)
-    else:
+    root_path, root_from = _choose(
+        root, "--root", env, ENV_ROOT, profile.paths.root, "the profile's [paths] root"
+    )
+    if root_path is None:
         root_path = user_data_dir(env) / "runtimes" / profile.name
-    chosen_cache = cache or env.get(ENV_CACHE) or profile.paths.cache or default_cache_dir()
-    cache_path = _absolute(chosen_cache)
-    return Locations(root_path, cache_path)
+    cache_path, cache_from = _choose(
+        cache, "--cache", env, ENV_CACHE, profile.paths.cache, "the profile's [paths] cache"
+    )
+    if cache_path is None:
+        cache_path = _absolute(default_cache_dir())
+    return Locations(root_path, cache_path, root_from, cache_from)
+
+
+def _choose(
+    flag: str | Path | None,
+    flag_name: str,
+    env: Mapping[str, str],
+    env_name: str,
+    configured: str | None,
+    configured_name: str,
+) -> tuple[Path | None, str]:
+    if flag is not None:
+        return given_path(flag, flag_name), flag_name
+    from_env = _from_env(env, env_name)
+    if from_env is not None:
+        return from_env, f"${env_name}"
+    if configured is not None:
+        return given_path(configured, configured_name), configured_name
+    return None, FROM_DEFAULT

@@ -1,5 +1,6 @@
-"""Several ``kvenv apply`` at once on one root (the same profile twice, another profile, and one
-with ``--no-wait``) while ``kvenv status`` and ``kvenv activate`` run in a loop: every apply
+"""Several ``kvenv apply`` at once on one root (the same profile twice, another profile into its
+own root sharing the cache and store, as a root belongs to one profile, and one with
+``--no-wait``) while ``kvenv status`` and ``kvenv activate`` run in a loop: every apply
 succeeds or waits (or, with ``--no-wait``, says clearly that another apply holds the lock),
 every status/activate answers with a complete generation, and the end state verifies.
 """
@@ -44,9 +45,10 @@ def _round(scenario: Scenario, cache: Path, tally: Tally, number: int) -> None:
         name="u",
     )
     paths = ["--root", str(scenario.root), "--cache", str(cache), "--jobs", "2"]
+    own = ["--root", str(scenario.root.with_name(scenario.root.name + "-u")), *paths[2:]]
     runs = [
         ["apply", scenario.profile, *paths],
-        ["apply", str(other), *paths],
+        ["apply", str(other), *own],
         ["apply", scenario.profile, *paths],
         ["apply", scenario.profile, "--no-wait", *paths],
     ]

@@ -118,6 +118,23 @@ PROFILE_CASES: dict[str, Edit] = {
     "env-bad-name": _profile("DEMO_VAR =", '"BAD NAME" ='),
     "extends-itself": _profile('name = "t"', 'name = "t"\nextends = "t.toml"'),
     "extends-traversal": _profile('name = "t"', 'name = "t"\nextends = "../../../etc/passwd"'),
+    # names that change how processes load code, or that activation sets itself
+    "env-LD_PRELOAD": _profile("DEMO_VAR =", 'LD_PRELOAD = "/tmp/x.so"\nDEMO_VAR ='),
+    "env-LD_AUDIT": _profile("DEMO_VAR =", 'LD_AUDIT = "/tmp/x.so"\nDEMO_VAR ='),
+    "env-PYTHONSTARTUP": _profile("DEMO_VAR =", 'PYTHONSTARTUP = "/tmp/x.py"\nDEMO_VAR ='),
+    "env-BASH_ENV": _profile("DEMO_VAR =", 'BASH_ENV = "/tmp/x.sh"\nDEMO_VAR ='),
+    "env-PYTHONPATH": _profile("DEMO_VAR =", 'PYTHONPATH = "/tmp"\nDEMO_VAR ='),
+    "paths-root-empty": _profile("[native]", '[paths]\nroot = ""\n[native]'),
+    "paths-cache-empty": _profile("[native]", '[paths]\ncache = ""\n[native]'),
+    "gpu-memory-nan": _profile(
+        "[runtime.env]", "[runtime]\ngpu_memory_utilization = nan\n[runtime.env]"
+    ),
+    "gpu-memory-inf": _profile(
+        "[runtime.env]", "[runtime]\ngpu_memory_utilization = inf\n[runtime.env]"
+    ),
+    "description-too-long": _profile('name = "t"\n', f'name = "t"\ndescription = "{"x" * 5000}"\n'),
+    "env-value-too-long": _profile("[runtime.env]\n", f'[runtime.env]\nBIG = "{"v" * 5000}"\n'),
+    "profile-too-large": _profile('name = "t"\n', 'name = "t"\n' + "#" * (2 << 20) + "\n"),
 }
 
 LOCK_CASES: dict[str, Edit] = {
@@ -145,6 +162,7 @@ LOCK_CASES: dict[str, Edit] = {
         "torch-2.0-py3-none-any.whl",
         'url = "https://example.invalid/torch-2.0-py3-none-any.whl"',
     ),
+    "lock-too-large": _lock("lock-version", "#" * (33 << 20) + "\nlock-version"),
 }
 # lock-sha-short: _overlay_package writes a valid 64-hex hash; shorten it afterwards.
 _short = LOCK_CASES["lock-sha-short"]
@@ -278,6 +296,10 @@ MANIFEST_CASES: dict[str, Callable[[dict[str, object]], None]] = {
     "schema-string": _set("schema", "1"),
     "distributions-not-list": _set("distributions", {"a": 1}),
     "unknown-key": _set("surprise", True),
+    # inside the root and well-formed, but not what kvenv wrote: the pointer's digest refuses them
+    "env-LD_PRELOAD": _set("activation.env", {"LD_PRELOAD": "/tmp/evil.so"}),
+    "ld-library-path-added": _set("activation.ld_library_path", ["/tmp/evil-libs"]),
+    "kvenv-version-changed": _set("kvenv_version", "0.0.1"),
 }
 
 

@@ -164,9 +164,9 @@ def test_corrupt_download_changes_nothing(tmp_path: Path, hub_server: HubServer,
     good = standard_project(tmp_path / "good")
     _apply(good, where, site)
     before = _snapshot(where.root)
-    bad = standard_project(tmp_path / "bad", source="hf")
-    newer = native_wheel(tmp_path / "bad" / "wheels2", "1.1")
-    bad = write_project(bad.dir, native=newer, overlay=list(bad.overlay), source="hf")
+    # the same profile file, now pinning a newer native wheel (a root belongs to one profile)
+    newer = native_wheel(tmp_path / "good" / "wheels2", "1.1")
+    bad = write_project(good.dir, native=newer, overlay=list(good.overlay), source="hf")
     hub_server.add_file(REPO, REVISION, newer.name, newer.read_bytes())
     hub_server.tamper(newer.name, mode)  # flip, truncate or short
     with pytest.raises((IntegrityError, FetchError), match=r"sha256|size|mismatch|bytes"):
@@ -367,5 +367,6 @@ def test_record_waiver_and_file_conflict(
     assert [(d.kind, Path(d.path).name) for d in drifts] == [("modified", "build_backend.py")]
     # the store entry was made under the waiver; a profile without it still refuses
     without = write_project(project.dir, native=project.native, overlay=overlay, name="other")
+    elsewhere = Locations(tmp_path / "other-root", where.cache)  # its own root, the same store
     with pytest.raises(IntegrityError, match=r"liar 1 \(1 file\(s\): liar/__init__.py\)"):
-        _apply(without, where, site)
+        _apply(without, elsewhere, site)

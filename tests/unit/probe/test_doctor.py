@@ -3,6 +3,7 @@ error / untested), on real generation directories and a real manifest."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 from pathlib import Path
 
@@ -171,7 +172,9 @@ def _generation(root: Path, tmp: Path, *, requires: list[str]) -> Manifest:
         activation=Activation(),
     )
     write_manifest(gen / "manifest.json", manifest)
-    atomic.write_json(root / "current.json", {"schema": 1, "generation": "g1"})
+    digest = hashlib.sha256((gen / "manifest.json").read_bytes()).hexdigest()
+    pointer = {"schema": 1, "generation": "g1", "manifest_sha256": digest}
+    atomic.write_json(root / "current.json", pointer)
     return manifest
 
 
