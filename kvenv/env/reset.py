@@ -12,7 +12,6 @@ The cache is kept unless ``purge_cache`` (then only its ``store`` and ``artifact
 from __future__ import annotations
 
 import os
-import shutil
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Literal
@@ -20,6 +19,7 @@ from typing import Literal
 import attrs
 
 from kvenv.env.root import POINTER_NAME, RootLock, is_owned
+from kvenv.env.seal import remove_sealed
 from kvenv.errors import ConflictError, InputError
 from kvenv.model.locations import LOCK_NAME, ROOT_MARKER, Locations
 
@@ -165,7 +165,7 @@ def _remove(plan: ResetPlan) -> list[str]:
             )
         try:
             if path.is_dir():
-                shutil.rmtree(path)
+                remove_sealed(path)  # store entries are read-only
             elif path.exists():
                 path.unlink()
         except OSError as exc:

@@ -22,12 +22,15 @@ native wheel's files. (Same-named modules in ``native/`` and ``overlay/`` are se
 which one imports is the activation's order, overlay first.)
 
 A store entry unpacked with a waived RECORD (its hash/size lies are in the marker) is linked
-only into a layer whose profile waives that distribution too.
+only into a layer whose profile waives that distribution too. Likewise the marker keeps the
+wheel's executable ``.pth`` lines, and an overlay layer links such an entry only when its
+profile allows the distribution (``[[overlay.allow_pth]]``).
 """
 
 from __future__ import annotations
 
 import base64
+import contextlib
 import csv
 import errno
 import hashlib
@@ -35,7 +38,10 @@ import io
 import json
 import os
 import shutil
+import stat
 import tempfile
+import zipfile
+import zlib
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -46,6 +52,7 @@ import attrs
 from kvenv._util.importnames import fold, import_name_of, protected_import_names
 from kvenv._util.progress import Progress
 from kvenv.env.manifest import FileConflict, Layer
+from kvenv.env.seal import SEAL, record_problems, remove_sealed, seal, seal_problem
 from kvenv.env.wheelinstall import InstalledDist, install_wheel
 from kvenv.errors import InputError, InstallError, IntegrityError
 from kvenv.model import convert
@@ -53,7 +60,8 @@ from kvenv.model import convert
 MARKER = ".kvenv-store.json"
 # 2: the marker records the RECORD lies a waiver accepted (``record_waived``); an entry of
 # format 1 cannot say whether it has any, so it is unpacked again.
-STORE_FORMAT = 2
+# 3: the marker records the wheel's executable .pth lines (``executable_pth``).
+STORE_FORMAT = 3
 PORTABLE_PYTHON = "python"
 
 
@@ -111,30 +119,38 @@ def unpack(
     store.mkdir(parents=True, exist_ok=True)
     final = entry_dir(store, sha256)
     if final.exists():  # an entry without a valid marker: a leftover, never a complete entry
-        shutil.rmtree(final)
+        remove_sealed(final)
     temp = Path(tempfile.mkdtemp(prefix=f".tmp-{sha256[:16]}-", dir=store))
     try:
-        dist = install_wheel(
-            wheel,
-            temp / "site",
-            protected=protected,
-            python=PORTABLE_PYTHON,
-            bin_dir=temp / "bin",
-            data_dir=temp / "data",
-            include_dir=temp / "include",
-            record_waivers=record_waivers,
-            jobs=jobs,
-        )
+        try:
+            dist = install_wheel(
+                wheel,
+                temp / "site",
+                protected=protected,
+                python=PORTABLE_PYTHON,
+                bin_dir=temp / "bin",
+                data_dir=temp / "data",
+                include_dir=temp / "include",
+                record_waivers=record_waivers,
+                jobs=jobs,
+            )
+        except (zipfile.BadZipFile, zlib.error, EOFError) as exc:
+            raise IntegrityError(
+                f"{wheel} is not a readable wheel ({exc})",
+                hint="the file is damaged; kvenv fetches a damaged cached file again",
+            ) from None
         marker = convert.unstructure(_Marker(STORE_FORMAT, sha256, dist))
         (temp / MARKER).write_text(json.dumps(marker), encoding="utf-8")
+        seal(temp)
         try:
             os.rename(temp, final)
         except OSError as exc:
             if exc.errno not in (errno.ENOTEMPTY, errno.EEXIST):
                 raise
-            shutil.rmtree(temp)  # another process finished the same entry first
+            remove_sealed(temp)  # another process finished the same entry first
     except BaseException:
-        shutil.rmtree(temp, ignore_errors=True)
+        with contextlib.suppress(OSError):
+            remove_sealed(temp)
         raise
     entry = lookup(store, sha256)
     if entry is None:
@@ -150,14 +166,24 @@ def unpack_all(
     record_waivers: Iterable[str] = (),
     jobs: int = 8,
     progress: Progress | None = None,
+    full_check: bool = False,
+    on_damaged: Callable[[str], None] | None = None,
 ) -> dict[str, StoreEntry]:
-    """Unpack every wheel (sha256 -> verified file) not yet in the store, in parallel."""
+    """Unpack every wheel (sha256 -> verified file) not yet in the store, in parallel.
+
+    An entry already in the store is reused only while it matches its seal (or, with
+    ``full_check``, its RECORD byte for byte); one that does not is verified in full, and if
+    its bytes changed it is removed and unpacked again from the wheel (``on_damaged`` hears
+    which entry and why)."""
     protected = tuple(protected)
     waivers = tuple(record_waivers)
     out: dict[str, StoreEntry] = {}
     todo: dict[str, Path] = {}
     for sha, path in wheels.items():
         found = lookup(store, sha)
+        if found is not None and not _intact(found, full_check=full_check, on_damaged=on_damaged):
+            remove_sealed(found.path)
+            found = None
         if found is None:
             todo[sha] = path
         else:
@@ -182,6 +208,34 @@ def unpack_all(
                 if progress:
                     progress("unpack", done, len(todo))
     return {sha: out[sha] for sha in wheels}
+
+
+def _intact(
+    entry: StoreEntry, *, full_check: bool, on_damaged: Callable[[str], None] | None
+) -> bool:
+    """Whether a store entry may be linked: its seal holds (cheap), or its files still match
+    its RECORD (then it is sealed again, e.g. after a ``touch``)."""
+    broken = seal_problem(entry.path)
+    if broken is None and not full_check:
+        return True
+    problems = record_problems(entry.path / "site", entry.dist.dist_info)
+    if not problems:
+        if broken is not None:
+            _reseal(entry.path)
+        return True
+    if on_damaged is not None:
+        on_damaged(
+            f"store entry of {entry.dist.name} {entry.dist.version} was damaged "
+            f"({problems[0]}{' ...' if len(problems) > 1 else ''}); unpacked again from the wheel"
+        )
+    return False
+
+
+def _reseal(path: Path) -> None:
+    for current, _subdirs, _names in os.walk(path):
+        os.chmod(current, stat.S_IMODE(os.lstat(current).st_mode) | stat.S_IWUSR)
+    (path / SEAL).unlink(missing_ok=True)
+    seal(path)
 
 
 def _cpu_jobs(jobs: int) -> int:
@@ -245,6 +299,24 @@ def check_record_waivers(entries: Sequence[StoreEntry], record_waivers: Iterable
             )
 
 
+def check_pth(entries: Sequence[StoreEntry], allow_pth: Iterable[str]) -> None:
+    """Refuse a store entry that ships a ``.pth`` line ``site`` would execute at every start
+    (``import ...``) unless this profile allows that distribution (``[[overlay.allow_pth]]``)."""
+    allowed = {fold(name) for name in allow_pth}
+    for entry in entries:
+        hooks = entry.dist.executable_pth
+        if hooks and fold(entry.dist.name) not in allowed:
+            first = hooks[0]
+            more = f" (and {len(hooks) - 1} more line(s))" if len(hooks) > 1 else ""
+            raise IntegrityError(
+                f"{entry.dist.name} {entry.dist.version} ships {first.file} with a line Python "
+                f"executes at every start: {first.line!r}{more}",
+                hint="nothing was installed; if you trust it, allow it in the profile: "
+                f'[[overlay.allow_pth]] name = "{entry.dist.name}" with a reason; else remove '
+                "the wheel from the overlay",
+            )
+
+
 @attrs.frozen
 class LinkedLayer:
     """What :func:`link_layer` built: each distribution (RECORD digest as in the generation)
@@ -267,6 +339,7 @@ def link_layer(
     layer: Layer = "overlay",
     jobs: int = 8,
     progress: Progress | None = None,
+    allow_pth: Iterable[str] = (),
 ) -> LinkedLayer:
     """Build one layer (native or overlay) of a generation from store entries.
 
@@ -274,10 +347,13 @@ def link_layer(
     each directory is created once and the files are hard-linked by ``jobs`` threads.
     Two distributions providing the same path with different bytes: the first in canonical
     name order keeps it and the conflict is returned. A file of the directories shared with
-    another layer that exists already with other bytes is an :class:`InstallError`.
+    another layer that exists already with other bytes is an :class:`InstallError`. An
+    overlay wheel with an executable ``.pth`` line is refused unless ``allow_pth`` names it.
     """
     check_protected(entries, protected)
     check_record_waivers(entries, record_waivers)
+    if layer == "overlay":
+        check_pth(entries, allow_pth)
     bases = {name: str(getattr(layout, name)) for name in ("site", "bin", "data", "include")}
     plan: dict[str, _Source] = {}
     others: dict[str, list[_Source]] = {}

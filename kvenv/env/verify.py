@@ -20,16 +20,22 @@ import os
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 import attrs
 
 from kvenv._util.importnames import import_name_of, protected_import_names
 from kvenv.env.manifest import Manifest
 from kvenv.errors import KvenvError
+from kvenv.model.locations import Locations
 from kvenv.model.snapshot import HostSnapshot
 
-DriftKind = Literal["missing", "modified", "record", "shadow", "host"]
+if TYPE_CHECKING:
+    from kvenv.model.loading import LoadedProfile
+
+DriftKind = Literal[
+    "missing", "modified", "record", "shadow", "host", "store", "cache", "activation"
+]
 
 
 @attrs.frozen
@@ -146,19 +152,51 @@ def verify_host(manifest: Manifest, host: HostSnapshot) -> list[Drift]:
     return out
 
 
-def verify(manifest: Manifest, host: HostSnapshot | None, *, jobs: int = 8) -> list[Drift]:
+def verify(
+    manifest: Manifest,
+    host: HostSnapshot | None,
+    *,
+    jobs: int = 8,
+    locations: Locations | None = None,
+) -> list[Drift]:
     drifts = verify_not_shadowing(manifest)
     drifts += verify_files(manifest, jobs=jobs)
     if host is not None:
         drifts += verify_host(manifest, host)
+    if locations is not None:  # the sealed store entries and cached wheels behind it
+        from kvenv.env.integrity import generation_damage
+
+        damage = generation_damage(manifest, locations)
+        drifts += [Drift(d.kind, d.path, d.message) for d in damage]
     return drifts
 
 
-def drift_error(drifts: Sequence[Drift]) -> KvenvError:
+def verify_activation(
+    manifest: Manifest, loaded: LoadedProfile, host: HostSnapshot | None
+) -> list[Drift]:
+    """The manifest's activation against what activation would emit from the profile and the
+    generation (:func:`kvenv.env.activation.activation_differences`)."""
+    from kvenv.env.activation import activation_differences
+
+    runtime = loaded.profile.runtime
+    found = activation_differences(
+        manifest,
+        {str(k): v for k, v in runtime.env.items()},
+        host,
+        same_profile=manifest.profile.digest == loaded.digest,
+        allowed_env=[str(k) for k in runtime.allow_env],
+    )
+    where = f"{manifest.dirs.generation}/manifest.json"
+    return [Drift("activation", where, message) for message in found]
+
+
+def drift_error(drifts: Sequence[Drift], repair: str = "kvenv apply --repair") -> KvenvError:
+    """The failed check for ``drifts``; its hint is ``repair``, the exact command that repairs
+    this profile's root (re-verifies the cache and the store, builds a fresh generation)."""
     from kvenv.errors import CheckFailed, Problem
 
     return CheckFailed(
         f"the applied generation has drifted ({len(drifts)} problem(s))",
         problems=[Problem(d.message) for d in drifts[:50]],
-        hint="re-create it: `kvenv reset --yes` then `kvenv apply`",
+        hint=f"repair it: `{repair}`",
     )

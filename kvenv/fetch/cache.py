@@ -71,6 +71,30 @@ class ArtifactCache:
         self._write_marker(found)
         return self._named(found, filename)
 
+    def check(self, sha256: str, *, rehash: bool) -> str | None:
+        """Why the cached file of ``sha256`` is not sound, or None when it is (or is absent).
+        Cheap: a file whose marker matches is sound; one that changed since it was verified is
+        re-hashed (``rehash`` re-hashes every file). Changes nothing."""
+        entry = self.entry(sha256)
+        if not entry.is_dir():
+            return None
+        found = self._candidate(entry, None)
+        if found is None:
+            return None
+        if not rehash and self._marker_matches(found, None):
+            return None
+        actual, _ = sha256_file(found)
+        if actual != sha256:
+            return f"cached {found} is damaged: sha256 {actual}, pinned {sha256}"
+        return None
+
+    def cached(self) -> list[str]:
+        """The sha256 of every entry in the cache."""
+        base = self.base / "sha256"
+        if not base.is_dir():
+            return []
+        return sorted(p.name for d in base.iterdir() if d.is_dir() for p in d.iterdir())
+
     @contextlib.contextmanager
     def writer(self, label: str, size: int | None) -> Iterator[tuple[HashingWriter, Path]]:
         """A temporary file in the cache, hashed as it is written; removed unless committed."""

@@ -1,0 +1,78 @@
+"""Keeping the cache directory healthy (``kvenv cache verify|prune|clean``, uv's counterparts):
+prune removes what is damaged or unfinished, clean removes kvenv's cache contents. Only kvenv's
+own names under the cache directory are ever touched."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from kvenv.env.integrity import Damage, cache_damage
+from kvenv.env.reset import CACHE_NAMES
+from kvenv.env.seal import remove_sealed
+from kvenv.env.store import MARKER
+from kvenv.model.locations import Locations
+
+
+def _unfinished(locations: Locations) -> list[Path]:
+    """Leftovers of killed runs: the store's temporary and marker-less entries, and partial
+    downloads."""
+    found: list[Path] = []
+    store = locations.store
+    if store.is_dir():
+        for entry in sorted(store.iterdir()):
+            if entry.name.startswith(".tmp-") or (
+                entry.is_dir() and not (entry / MARKER).is_file()
+            ):
+                found.append(entry)
+    tmp = locations.cache / "artifacts-v1" / "tmp"
+    if tmp.is_dir():
+        found.extend(sorted(tmp.iterdir()))
+    return found
+
+
+def prune(locations: Locations, *, dry_run: bool = False) -> tuple[list[Damage], list[str]]:
+    """Remove the damaged cached wheels and store entries (cheap checks; a changed file is
+    re-hashed) and the leftovers of killed runs. Returns the damage found and what was removed
+    (or would be, with ``dry_run``)."""
+    damage = cache_damage(locations, rehash=False)
+    targets = [Path(d.path) for d in damage]
+    targets += _unfinished(locations)
+    removed: list[str] = []
+    for path in targets:
+        entry = _entry_of(path, locations)
+        if entry is None or not entry.exists():
+            continue
+        if not dry_run:
+            remove_sealed(entry)
+        removed.append(str(entry))
+    return damage, removed
+
+
+def _entry_of(path: Path, locations: Locations) -> Path | None:
+    """The store entry or cache entry directory ``path`` belongs to (None: not kvenv's)."""
+    for base in (locations.store, locations.cache / "artifacts-v1"):
+        try:
+            rel = path.relative_to(base)
+        except ValueError:
+            continue
+        parts = rel.parts
+        if base == locations.store and parts:
+            return base / parts[0]
+        if parts[:1] == ("tmp",) and len(parts) >= 2:
+            return base / "tmp" / parts[1]
+        if parts[:1] == ("sha256",) and len(parts) >= 3:
+            return base.joinpath(*parts[:3])
+    return None
+
+
+def clean(locations: Locations, *, dry_run: bool = False) -> list[str]:
+    """Remove the store and the downloaded artifacts (kvenv's names only); applied
+    generations keep working (their files are hard links), a later apply downloads again."""
+    removed: list[str] = []
+    for name in CACHE_NAMES:
+        path = locations.cache / name
+        if path.exists() and not path.is_symlink():
+            if not dry_run:
+                remove_sealed(path)
+            removed.append(str(path))
+    return removed

@@ -1,0 +1,78 @@
+"""What ``kvenv verify`` checks beyond the generation's own files: the sealed store entries the
+generation links to (a file of a generation is the store's file: a hard link) and the cached
+wheels it was built from; and what ``kvenv cache verify`` checks across the whole cache."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Literal
+
+import attrs
+
+from kvenv.env.manifest import Manifest
+from kvenv.env.seal import record_problems, seal_problem
+from kvenv.env.store import MARKER, lookup
+from kvenv.model.locations import Locations
+
+
+@attrs.frozen
+class Damage:
+    """One damaged thing: ``kind`` is ``store`` or ``cache``; ``path`` names it."""
+
+    kind: Literal["store", "cache"]
+    path: str
+    message: str
+
+
+def store_damage(store: Path, sha256: str) -> Damage | None:
+    """A store entry whose seal is broken by anything but a harmless touch (its bytes differ
+    from its RECORD, a file was added or removed, or a mode changed)."""
+    entry = lookup(store, sha256)
+    if entry is None:
+        return None
+    broken = seal_problem(entry.path)
+    if broken is None:
+        return None
+    if broken.kind in ("added", "removed", "mode", "seal"):
+        return Damage("store", str(broken.path), f"store entry: {broken.message}")
+    problems = record_problems(entry.path / "site", entry.dist.dist_info)
+    if problems:
+        return Damage("store", str(entry.path), f"store entry damaged: {problems[0]}")
+    return None
+
+
+def generation_damage(manifest: Manifest, locations: Locations) -> list[Damage]:
+    """The damaged store entries and cached wheels behind ``manifest``'s distributions."""
+    from kvenv.fetch.cache import ArtifactCache
+
+    cache = ArtifactCache(locations.cache)
+    out: list[Damage] = []
+    for dist in manifest.distributions:
+        found = store_damage(locations.store, dist.wheel_sha256)
+        if found is not None:
+            out.append(found)
+        problem = cache.check(dist.wheel_sha256, rehash=False)
+        if problem is not None:
+            out.append(Damage("cache", str(cache.entry(dist.wheel_sha256)), problem))
+    return out
+
+
+def cache_damage(locations: Locations, *, rehash: bool = True) -> list[Damage]:
+    """Every damaged entry of the whole cache: cached wheels (re-hashed) and store entries."""
+    from kvenv.fetch.cache import ArtifactCache
+
+    cache = ArtifactCache(locations.cache)
+    out: list[Damage] = []
+    for sha in cache.cached():
+        problem = cache.check(sha, rehash=rehash)
+        if problem is not None:
+            out.append(Damage("cache", str(cache.entry(sha)), problem))
+    store = locations.store
+    if store.is_dir():
+        for entry in sorted(store.iterdir()):
+            if entry.name.startswith(".") or not (entry / MARKER).is_file():
+                continue
+            found = store_damage(store, entry.name)
+            if found is not None:
+                out.append(found)
+    return out

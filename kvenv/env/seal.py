@@ -1,0 +1,157 @@
+"""Sealing store entries, so that a generation cannot silently corrupt the store.
+
+Generations are hard links into the store: editing an installed file edits the store's copy.
+So an entry, once unpacked and verified, is *sealed*: every file and directory made read-only,
+and ``.kvenv-seal.json`` records each file's size, mode and mtime. Reusing an entry costs one
+``stat`` per file against that record (:func:`seal_problem`); an entry whose files changed in
+any way is verified again in full against its RECORD (:func:`record_problems`) and, if its
+bytes differ, is never linked again: it is removed and unpacked anew from the verified wheel.
+Read-only modes stop accidental writes by other users; root ignores them, which is why the
+record, not the mode, is what is checked.
+"""
+
+from __future__ import annotations
+
+import base64
+import csv
+import hashlib
+import json
+import os
+import stat
+from pathlib import Path
+
+import attrs
+
+from kvenv._util import atomic
+
+SEAL = ".kvenv-seal.json"
+SEAL_FORMAT = 1
+_WRITE_BITS = stat.S_IWUSR | stat.S_IWGRP | stat.S_IWOTH
+
+
+def _walk(root: Path) -> tuple[list[str], list[str]]:
+    """Every file and directory under ``root`` (relative, sorted), the seal and marker files
+    of the entry itself excluded."""
+    files: list[str] = []
+    dirs: list[str] = []
+    for current, subdirs, names in os.walk(root):
+        rel = os.path.relpath(current, root)
+        prefix = "" if rel == "." else rel + "/"
+        dirs.extend(prefix + d for d in subdirs)
+        files.extend(prefix + n for n in names if not (prefix == "" and n.startswith(".kvenv-")))
+    return sorted(files), sorted(dirs)
+
+
+def seal(root: Path) -> None:
+    """Make every file and directory of the entry at ``root`` read-only and record each file's
+    size, mode and mtime in ``root/.kvenv-seal.json`` (written last)."""
+    files, dirs = _walk(root)
+    record: dict[str, list[int]] = {}
+    for rel in files:
+        path = root / rel
+        info = os.lstat(path)
+        if stat.S_ISREG(info.st_mode) and info.st_mode & _WRITE_BITS:
+            os.chmod(path, stat.S_IMODE(info.st_mode) & ~_WRITE_BITS)
+            info = os.lstat(path)
+        record[rel] = [info.st_size, stat.S_IMODE(info.st_mode), info.st_mtime_ns]
+    atomic.write_json(
+        root / SEAL, {"format": SEAL_FORMAT, "files": record}, durable=False, mode=0o444
+    )
+    for rel in [*reversed(dirs), "."]:
+        path = root / rel
+        os.chmod(path, stat.S_IMODE(os.lstat(path).st_mode) & ~_WRITE_BITS)
+
+
+@attrs.frozen
+class SealBreak:
+    """How an entry differs from its seal: ``kind`` is ``seal`` (no readable seal), ``added``,
+    ``removed``, ``size``, ``mode`` or ``mtime``; ``path`` is the file concerned."""
+
+    path: Path
+    kind: str
+
+    @property
+    def message(self) -> str:
+        what = {
+            "seal": "has no readable seal",
+            "added": "was added after sealing",
+            "removed": "was removed after sealing",
+            "size": "changed size after sealing",
+            "mode": "changed mode after sealing",
+            "mtime": "was modified after sealing",
+        }[self.kind]
+        return f"{self.path} {what}"
+
+
+def seal_problem(root: Path) -> SealBreak | None:
+    """How the entry at ``root`` no longer matches its seal (a file added, removed, resized,
+    re-moded or touched), or None when it matches. One ``stat`` per file."""
+    try:
+        data = json.loads((root / SEAL).read_text(encoding="utf-8"))
+        recorded: dict[str, list[int]] = data["files"]
+        if data.get("format") != SEAL_FORMAT or not isinstance(recorded, dict):
+            return SealBreak(root / SEAL, "seal")
+    except (OSError, ValueError, KeyError, TypeError):
+        return SealBreak(root / SEAL, "seal")
+    files, _ = _walk(root)
+    extra = sorted(set(files) - set(recorded))
+    if extra:
+        return SealBreak(root / extra[0], "added")
+    gone = sorted(set(recorded) - set(files))
+    if gone:
+        return SealBreak(root / gone[0], "removed")
+    for rel in files:
+        info = os.lstat(root / rel)
+        size, mode, mtime = recorded[rel]
+        if info.st_size != size:
+            return SealBreak(root / rel, "size")
+        if stat.S_IMODE(info.st_mode) != mode:
+            return SealBreak(root / rel, "mode")
+        if info.st_mtime_ns != mtime:
+            return SealBreak(root / rel, "mtime")
+    return None
+
+
+def record_problems(site: Path, dist_info: str) -> list[str]:
+    """Every file of the RECORD ``site/dist_info/RECORD`` whose bytes (sha256 and size) differ
+    from it, or that is missing; the full check behind a broken seal."""
+    record = site / dist_info / "RECORD"
+    try:
+        rows = list(csv.reader(record.read_text(encoding="utf-8").splitlines()))
+    except (OSError, UnicodeDecodeError):
+        return [f"{record} is missing or unreadable"]
+    problems: list[str] = []
+    for row in rows:
+        if len(row) != 3 or not row[1]:
+            continue
+        algorithm, _, value = row[1].partition("=")
+        if algorithm not in hashlib.algorithms_available:
+            continue
+        path = Path(os.path.normpath(site / row[0]))
+        digest = hashlib.new(algorithm)
+        try:
+            with open(path, "rb", buffering=0) as stream:
+                while chunk := stream.read(1 << 20):
+                    digest.update(chunk)
+            size = path.stat().st_size
+        except OSError:
+            problems.append(f"{path} is missing or unreadable")
+            continue
+        actual = base64.urlsafe_b64encode(digest.digest()).decode().rstrip("=")
+        if actual != value or (row[2] and str(size) != row[2]):
+            problems.append(f"{path} differs from its RECORD")
+    return problems
+
+
+def remove_sealed(path: Path) -> None:
+    """Remove a (possibly sealed) tree: directories are made writable again first."""
+    import shutil
+
+    if not path.exists() and not path.is_symlink():
+        return
+    if path.is_symlink() or not path.is_dir():
+        path.unlink()
+        return
+    for current, _subdirs, _names in os.walk(path):
+        os.chmod(current, stat.S_IMODE(os.lstat(current).st_mode) | stat.S_IWUSR | stat.S_IXUSR)
+    shutil.rmtree(path)

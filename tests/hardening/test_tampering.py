@@ -1,0 +1,109 @@
+"""The tampering matrix: {generation file, store file, cached wheel} x {edit, truncate, delete,
+chmod}. For each: ``verify`` fails naming the damaged file (or, where the environment is not
+damaged, passes: see ``NOT_DAMAGE``), ``apply --repair`` restores a state that ``verify``
+passes, and nothing outside kvenv's directories changes.
+
+Not damage, on purpose: a cached wheel deleted (a cache may be emptied: ``kvenv cache clean``)
+or made unreadable by a mode change (the applied generation does not read it; the next apply
+that needs it re-verifies it). Modes are seen through the store's seal, so a ``chmod`` of a
+generation file (the same inode as the store's) is damage.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import stat
+from pathlib import Path
+
+import pytest
+
+from kvenv.env.manifest import Manifest
+from kvenv.env.root import current_state
+from kvenv.env.verify import verify
+from kvenv.fetch.cache import ArtifactCache
+from kvenv.model.locations import Locations
+from kvenv.model.snapshot import HostSnapshot
+from tests.support.applyenv import (
+    Project,
+    apply,
+    fake_host_site,
+    host_snapshot,
+    locations,
+    standard_project,
+)
+
+TARGETS = ("generation", "store", "cache")
+OPERATIONS = ("edit", "truncate", "delete", "chmod")
+NOT_DAMAGE = {("cache", "delete"), ("cache", "chmod")}
+
+
+def _applied(tmp_path: Path) -> tuple[Project, Locations, HostSnapshot, Manifest]:
+    project = standard_project(tmp_path / "proj")
+    host = host_snapshot(fake_host_site(tmp_path))
+    where = locations(tmp_path)
+    apply(project.loaded(), project.lock(), host, where, jobs=2)
+    manifest = current_state(where)[1]
+    assert manifest is not None
+    return project, where, host, manifest
+
+
+def _target(kind: str, where: Locations, manifest: Manifest) -> Path:
+    helper = next(d for d in manifest.distributions if d.name == "helper")
+    if kind == "generation":
+        return Path(manifest.dirs.overlay) / "helper" / "__init__.py"
+    if kind == "store":
+        return where.store / helper.wheel_sha256 / "site" / "helper" / "__init__.py"
+    entry = ArtifactCache(where.cache).entry(helper.wheel_sha256)
+    return next(p for p in entry.iterdir() if p.suffix == ".whl")
+
+
+def _tamper(path: Path, operation: str) -> None:
+    os.chmod(path.parent, stat.S_IMODE(path.parent.stat().st_mode) | stat.S_IWUSR)
+    if operation == "chmod":
+        os.chmod(path, 0)
+        return
+    if operation == "delete":
+        path.unlink()
+        return
+    os.chmod(path, 0o644)
+    data = bytearray(path.read_bytes())
+    if operation == "truncate":
+        path.write_bytes(bytes(data[: len(data) // 2]))
+    else:
+        data[len(data) // 2] ^= 0x01
+        path.write_bytes(bytes(data))
+
+
+def _outside(tmp_path: Path, where: Locations) -> dict[str, str]:
+    """A digest of every file outside the root and the cache (the project, the host site)."""
+    out: dict[str, str] = {}
+    for path in sorted(tmp_path.rglob("*")):
+        if path.is_file() and not any(
+            path.is_relative_to(base) for base in (where.root, where.cache)
+        ):
+            out[str(path)] = hashlib.sha256(path.read_bytes()).hexdigest()
+    return out
+
+
+@pytest.mark.parametrize("operation", OPERATIONS)
+@pytest.mark.parametrize("target", TARGETS)
+def test_tampering_is_detected_and_repaired(tmp_path: Path, target: str, operation: str) -> None:
+    project, where, host, manifest = _applied(tmp_path)
+    path = _target(target, where, manifest)
+    outside = _outside(tmp_path, where)
+    _tamper(path, operation)
+    drifts = verify(manifest, host, locations=where)
+    if (target, operation) in NOT_DAMAGE:
+        assert drifts == []
+    else:
+        assert drifts, f"{operation} of the {target} file went unnoticed"
+        named = {target: str(path), "generation": str(path)}
+        shown = " ".join(f"{d.path} {d.message}" for d in drifts)
+        assert named[target] in shown or path.parent.name in shown, shown
+    result = apply(project.loaded(), project.lock(), host, where, jobs=2, repair=True)
+    assert result.status == "applied"
+    repaired = current_state(where)[1]
+    assert repaired is not None and repaired.generation != manifest.generation
+    assert verify(repaired, host, locations=where) == []
+    assert _outside(tmp_path, where) == outside

@@ -1,0 +1,88 @@
+"""``kvenv cache verify|prune|clean``: damage is found (exit 1, named), pruned, and a clean
+cache leaves applied generations working."""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import sys
+from pathlib import Path
+
+import pytest
+
+from kvenv.cli import main
+from tests.support.applyenv import helper_wheel, native_wheel, write_project
+
+TARGET = (
+    f'[target]\npython = "{platform.python_version()}"\nabi = "cp3{sys.version_info.minor}"\n'
+    f'machine = "{platform.machine()}"\n'
+)
+
+
+@pytest.fixture
+def applied(tmp_path: Path) -> tuple[str, list[str], Path]:
+    wheels = tmp_path / "proj" / "wheels"
+    project = write_project(
+        tmp_path / "proj",
+        native=native_wheel(wheels),
+        overlay=[helper_wheel(wheels)],
+        target=TARGET,
+    )
+    cache = tmp_path / "cache"
+    paths = ["--root", str(tmp_path / "root"), "--cache", str(cache)]
+    assert main(["apply", str(project.profile_path), *paths]) == 0
+    return str(project.profile_path), paths, cache
+
+
+def _json(capsys: pytest.CaptureFixture[str]) -> dict[str, object]:
+    data: dict[str, object] = json.loads(capsys.readouterr().out)
+    return data
+
+
+def test_verify_prune_clean(
+    applied: tuple[str, list[str], Path], capsys: pytest.CaptureFixture[str]
+) -> None:
+    profile, paths, cache = applied
+    cache_args = ["--cache", str(cache)]
+    capsys.readouterr()
+    assert main(["cache", "verify", profile, *cache_args]) == 0
+    wheel = next(cache.glob("artifacts-v1/sha256/*/*/helper-*.whl"))
+    before = wheel.stat()
+    os.chmod(wheel, 0o644)
+    data = bytearray(wheel.read_bytes())
+    data[len(data) // 2] ^= 0x01
+    wheel.write_bytes(bytes(data))
+    os.utime(wheel, ns=(before.st_atime_ns, before.st_mtime_ns))  # the cheap check trusts it
+    capsys.readouterr()
+    assert main(["cache", "verify", profile, *cache_args, "--json"]) == 1
+    report = _json(capsys)
+    assert report["ok"] is False
+    assert any(str(wheel) in d["message"] for d in report["damaged"])  # type: ignore[attr-defined,index]
+    assert main(["cache", "prune", profile, *cache_args, "--dry-run"]) == 0
+    assert wheel.exists()
+    # prune's cheap check sees a changed file only; the damage keeps size and mtime here
+    assert main(["cache", "prune", profile, *cache_args]) == 0
+    capsys.readouterr()
+    assert main(["cache", "clean", profile, *cache_args, "--json"]) == 0
+    removed = _json(capsys)["removed"]
+    assert sorted(Path(p).name for p in removed) == ["artifacts-v1", "store"]  # type: ignore[union-attr]
+    assert not (cache / "store").exists()
+    assert main(["verify", profile, *paths]) == 0  # the generation's files are hard links
+    assert main(["cache", "verify", profile, *cache_args]) == 0
+
+
+def test_prune_removes_a_damaged_store_entry(
+    applied: tuple[str, list[str], Path], capsys: pytest.CaptureFixture[str]
+) -> None:
+    profile, _, cache = applied
+    entry = next(p for p in (cache / "store").iterdir() if (p / "site" / "helper").is_dir())
+    victim = entry / "site" / "helper" / "__init__.py"
+    os.chmod(victim.parent, 0o755)
+    os.chmod(victim, 0o644)
+    victim.write_text("V = 'tampered'\n")
+    capsys.readouterr()
+    assert main(["cache", "prune", profile, "--cache", str(cache), "--json"]) == 0
+    report = _json(capsys)
+    assert str(entry) in report["removed"]  # type: ignore[operator]
+    assert not entry.exists()

@@ -1,0 +1,78 @@
+"""Sealed store entries: read-only after unpacking, reuse checked against the seal, a changed
+entry verified in full and never linked when its bytes differ."""
+
+from __future__ import annotations
+
+import os
+import stat
+from pathlib import Path
+
+from kvenv._util.hashing import sha256_file
+from kvenv.env.seal import record_problems, remove_sealed, seal_problem
+from kvenv.env.store import unpack, unpack_all
+from tests.support.wheels import build_wheel
+
+
+def _entry(tmp_path: Path) -> tuple[Path, str, Path]:
+    wheel = build_wheel(tmp_path / "wheels", "alpha", "1.0", files={"alpha/core.py": "X = 1\n"})
+    sha = sha256_file(wheel)[0]
+    store = tmp_path / "store"
+    unpack(store, sha, wheel)
+    return store, sha, wheel
+
+
+def test_an_unpacked_entry_is_sealed_read_only(tmp_path: Path) -> None:
+    store, sha, _ = _entry(tmp_path)
+    core = store / sha / "site" / "alpha" / "core.py"
+    assert not os.stat(core).st_mode & (stat.S_IWUSR | stat.S_IWGRP | stat.S_IWOTH)
+    assert not os.stat(core.parent).st_mode & stat.S_IWUSR
+    assert seal_problem(store / sha) is None
+    assert record_problems(store / sha / "site", "alpha-1.0.dist-info") == []
+
+
+def test_an_edited_entry_is_unpacked_again_never_linked(tmp_path: Path) -> None:
+    store, sha, wheel = _entry(tmp_path)
+    core = store / sha / "site" / "alpha" / "core.py"
+    os.chmod(core, 0o644)
+    core.write_text("X = 2  # tampered\n")
+    broken = seal_problem(store / sha)
+    assert broken is not None and broken.path == core
+    heard: list[str] = []
+    entries = unpack_all(store, {sha: wheel}, jobs=1, on_damaged=heard.append)
+    assert (entries[sha].path / "site" / "alpha" / "core.py").read_text() == "X = 1\n"
+    assert len(heard) == 1 and "alpha 1.0" in heard[0] and "core.py" in heard[0]
+    assert seal_problem(store / sha) is None
+
+
+def test_a_touched_entry_is_resealed_not_unpacked(tmp_path: Path) -> None:
+    store, sha, wheel = _entry(tmp_path)
+    core = store / sha / "site" / "alpha" / "core.py"
+    inode = os.stat(core).st_ino
+    os.utime(core, ns=(1, 1))
+    assert seal_problem(store / sha) is not None
+    heard: list[str] = []
+    unpack_all(store, {sha: wheel}, jobs=1, on_damaged=heard.append)
+    assert heard == []
+    assert os.stat(core).st_ino == inode
+    assert seal_problem(store / sha) is None
+
+
+def test_full_check_catches_an_edit_that_kept_size_and_mtime(tmp_path: Path) -> None:
+    store, sha, wheel = _entry(tmp_path)
+    core = store / sha / "site" / "alpha" / "core.py"
+    before = os.stat(core)
+    os.chmod(core, 0o644)
+    core.write_text("X = 9\n")  # same size
+    os.chmod(core, stat.S_IMODE(before.st_mode))
+    os.utime(core, ns=(before.st_atime_ns, before.st_mtime_ns))
+    assert seal_problem(store / sha) is None  # the cheap check cannot see it
+    heard: list[str] = []
+    unpack_all(store, {sha: wheel}, jobs=1, full_check=True, on_damaged=heard.append)
+    assert len(heard) == 1
+    assert core.read_text() == "X = 1\n"
+
+
+def test_a_sealed_tree_can_be_removed(tmp_path: Path) -> None:
+    store, sha, _ = _entry(tmp_path)
+    remove_sealed(store / sha)
+    assert not (store / sha).exists()
