@@ -19,6 +19,7 @@ if TYPE_CHECKING:
     from kvenv.model.locations import Locations
     from kvenv.model.snapshot import HostSnapshot
     from kvenv.plan.make import Plan
+    from kvenv.probe.interpreter import HostPython
 
 SHELL_CHOICES = ("bash", "zsh", "fish", "pwsh", "json")
 
@@ -32,12 +33,42 @@ def _paths_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--cache", metavar="DIR", help="cache (default: $KVENV_CACHE_DIR, [paths])")
 
 
+def python_arg(p: argparse.ArgumentParser) -> None:
+    """``--python EXE``: the host interpreter (see kvenv.probe.interpreter for the order)."""
+    p.add_argument(
+        "--python",
+        metavar="EXE",
+        help="the host interpreter (default: $KVENV_PYTHON, [host] python, the active "
+        "environment, python3 on PATH)",
+    )
+
+
+def _command(args: argparse.Namespace, *words: str) -> str:
+    """The kvenv command line that repeats this invocation's profile and paths with ``words``
+    (what hints print, to be run as they are)."""
+    import shlex
+
+    argv = ["kvenv", words[0]]
+    if getattr(args, "profile", None):
+        argv.append(args.profile)
+    argv += words[1:]
+    for flag in ("root", "cache"):
+        value = getattr(args, flag, None)
+        if value:
+            argv += [f"--{flag}", value]
+    python = getattr(args, "python", None)
+    if python:
+        argv += ["--python", python]
+    return shlex.join(argv)
+
+
 def register(sub: Any) -> None:
     p = sub.add_parser("plan", help="what `kvenv apply` would do (pure, offline)")
     _profile_arg(p)
     p.add_argument("--json", action="store_true", help="the plan as versioned JSON")
     p.add_argument("--strict", action="store_true", help="turn warnings into errors")
     p.add_argument("--host", metavar="SNAPSHOT", help="a host snapshot JSON instead of a probe")
+    python_arg(p)
     _paths_args(p)
     p.set_defaults(func=cmd_plan)
 
@@ -54,8 +85,14 @@ def register(sub: Any) -> None:
         p.add_argument("--from", dest="bundle", metavar="BUNDLE", help="install from a bundle")
         p.add_argument("--json", action="store_true", help="machine-readable result")
         p.add_argument("--no-wait", action="store_true", help="fail if another apply runs")
+        p.add_argument(
+            "--repair",
+            action="store_true",
+            help="re-verify the cached wheels and store entries in full, replace what is "
+            "damaged, and build a fresh generation even when the applied one matches",
+        )
         p.add_argument("--jobs", type=int, default=8, metavar="N", help="parallel downloads")
-        p.add_argument("--python", metavar="EXE", help="interpreter for console scripts")
+        python_arg(p)
         _paths_args(p)
         p.set_defaults(func=cmd_apply)
 
@@ -74,12 +111,14 @@ def register(sub: Any) -> None:
     p = sub.add_parser("status", help="what is applied, for which profile, is it current")
     _profile_arg(p)
     p.add_argument("--json", action="store_true", help="machine-readable output")
+    python_arg(p)
     _paths_args(p)
     p.set_defaults(func=cmd_status)
 
     p = sub.add_parser("verify", help="check installed files and host packages (exit 1: drift)")
     _profile_arg(p)
     p.add_argument("--json", action="store_true", help="machine-readable output")
+    python_arg(p)
     _paths_args(p)
     p.set_defaults(func=cmd_verify)
 
@@ -105,7 +144,29 @@ def _load(args: argparse.Namespace) -> tuple[LoadedProfile, Locations]:
     return loaded, locations
 
 
-def _host(snapshot: str | None) -> HostSnapshot:
+def host_python(args: argparse.Namespace, loaded: LoadedProfile) -> HostPython:
+    """The host interpreter for this command: ``--python``, ``$KVENV_PYTHON``, the profile's
+    ``[host] python``, the active environment, ``python3`` on PATH, else kvenv's own (with a
+    note on stderr). The same rule for plan, apply, verify, status and doctor."""
+    import os
+
+    from kvenv.probe.interpreter import resolve_host_python
+
+    path = loaded.host_python_path
+    host = resolve_host_python(
+        flag=getattr(args, "python", None),
+        environ=os.environ,
+        profile_value=str(path) if path is not None else None,
+        profile_file=str(loaded.path),
+    )
+    if host.note:
+        err(f"note: {host.note}")
+    return host
+
+
+def _host(snapshot: str | None, python: HostPython | None = None) -> HostSnapshot:
+    """The host snapshot: a file when given, else one probe of the host interpreter (in
+    process only when it is kvenv's own)."""
     from pathlib import Path
 
     if snapshot:
@@ -114,7 +175,9 @@ def _host(snapshot: str | None) -> HostSnapshot:
         return read_snapshot(Path(snapshot))
     from kvenv.probe.host import take_snapshot
 
-    return take_snapshot()
+    if python is None or python.own:
+        return take_snapshot()
+    return take_snapshot(python=python.path)
 
 
 def _recorded(loaded: LoadedProfile) -> HostSnapshot | None:
@@ -123,14 +186,32 @@ def _recorded(loaded: LoadedProfile) -> HostSnapshot | None:
     return recorded_host(loaded).snapshot
 
 
+def _again(command: str, args: argparse.Namespace, name: str | None = None) -> str:
+    """``kvenv COMMAND [PROFILE] [--root DIR]`` for a hint: the profile as the user gave it
+    (else ``name``) and the ``--root`` they gave, quoted for a POSIX shell."""
+    import shlex
+
+    parts = ["kvenv", command]
+    profile = args.profile or name
+    if profile:
+        parts.append(profile)
+    if args.root is not None:
+        parts += ["--root", args.root]
+    return shlex.join(parts)
+
+
 # -- plan --------------------------------------------------------------------------------------
 
 
-def _render_plan(plan: Plan) -> None:
+def _render_plan(plan: Plan, python: HostPython | None = None) -> None:
     from kvenv.plan.make import plan_to_dict
 
     data = plan_to_dict(plan)
     out(f"profile: {plan.profile} ({plan.profile_digest})")
+    if python is not None:
+        probed = plan.inputs.host.python.executable
+        runs = f"; it runs {probed}" if probed and probed != python.path else ""
+        out(f"host python: {python.describe()}{runs}")
     out(f"target: {plan.target}")
     out(f"lock: {plan.lock_digest or 'none (no overlay)'}")
     out(f"current generation: {plan.current_generation or 'none'}")
@@ -159,10 +240,11 @@ def cmd_plan(args: argparse.Namespace) -> int:
     loaded, locations = _load(args)
     from kvenv.lock.input import profile_lock
 
+    python = None if args.host else host_python(args, loaded)  # --host SNAPSHOT wins
     plan = plan_apply(
         loaded,
         profile_lock(loaded),
-        _host(args.host),
+        _host(args.host, python),
         locations,
         strict=args.strict,
         recorded=_recorded(loaded),
@@ -170,7 +252,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
     if args.json:
         emit_json(plan_to_dict(plan))
     else:
-        _render_plan(plan)
+        _render_plan(plan, python)
     return EXIT_OK if plan.compatible else EXIT_CONFLICT
 
 
@@ -191,9 +273,10 @@ def cmd_apply(args: argparse.Namespace) -> int:
             args.profile = str(bundle.profile_path)  # the bundle's own
     loaded, locations = _load(args)
     # Probed (and read) at most once, whether the fast path or the full apply asks first.
-    host = functools.cache(lambda: _host(None))
+    python = host_python(args, loaded)
+    host = functools.cache(lambda: _host(None, python))
     recorded = functools.cache(lambda: _recorded(loaded))
-    if not (args.dry_run or args.strict or args.json or bundle is not None):
+    if not (args.dry_run or args.strict or args.json or args.repair or bundle is not None):
         from kvenv.env.apply import noop_fast
 
         done = noop_fast(loaded, locations, host, recorded)
@@ -212,12 +295,16 @@ def cmd_apply(args: argparse.Namespace) -> int:
         dry_run=args.dry_run,
         wait=not args.no_wait,
         jobs=args.jobs,
-        python=args.python,
         progress=progress,
         on_wait=err,
+        repair=args.repair,
     )
     try:
         result = apply(plan, options)
+    except OSError as exc:
+        from kvenv.env.root import unusable_dir_error
+
+        raise unusable_dir_error(exc, locations) or exc from None
     finally:
         progress.close()
     if args.json:
@@ -237,18 +324,23 @@ def cmd_apply(args: argparse.Namespace) -> int:
         )
         return EXIT_OK
     if result.status == "dry-run":
-        _render_plan(result.plan)
+        _render_plan(result.plan, python)
         out("dry-run: nothing was downloaded, installed or changed")
-    elif result.status == "up-to-date":
+        return EXIT_OK
+    for finding in result.plan.findings:  # every plan warning, as `kvenv plan` shows them
+        if finding.status == "warning":
+            err(f"warning: {finding.message}" + (f" (fix: {finding.fix})" if finding.fix else ""))
+    if result.status == "up-to-date":
         out(f"already up to date: generation {result.generation} in {result.root}; nothing to do")
     else:
         out(f"applied {loaded.profile.name}: generation {result.generation}")
+        out(f"host python: {python.describe()}")
         out(f"manifest: {result.manifest}")
         for note in result.notes:
             out(f"note: {note}")
         for warning in result.warnings:
             err(f"warning: {warning}")
-        out(f'activate with: eval "$(kvenv activate {loaded.profile.name})"')
+        out(f'activate with: eval "$({_again("activate", args, loaded.profile.name)})"')
     return EXIT_OK
 
 
@@ -264,16 +356,22 @@ def cmd_activate(args: argparse.Namespace) -> int:
     from kvenv.errors import InputError
 
     if args.manifest:
+        from kvenv.env.root import check_manifest_file
+
         path: Path | None = Path(args.manifest)
         root = None
+        check_manifest_file(Path(args.manifest).absolute())
     else:
+        from kvenv.env.root import check_owner, owner_of
+
         loaded, locations = _load(args)
+        check_owner(locations.root, owner_of(loaded))
         path = current_manifest_path(locations.root)
         root = locations.root
         if path is None:
             raise InputError(
                 f"nothing is applied for profile {loaded.profile.name} in {locations.root}",
-                hint=f"run `kvenv apply {args.profile or ''}`".replace(" `", "`").strip(),
+                hint=f"run `{_again('apply', args)}`",
             )
     assert path is not None
     manifest = read_manifest(path, root=root)
@@ -290,11 +388,20 @@ def cmd_status(args: argparse.Namespace) -> int:
 
     loaded, locations = _load(args)
     data = root_status(loaded, locations)
+    python = host_python(args, loaded)
+    data["host_python"] = {"path": python.path, "source": python.source}
     if args.json:
         emit_json(data)
         return EXIT_OK
     out(f"profile: {data['profile']}")
     out(f"root: {data['root']}")
+    if data.get("owned") is False:
+        owner = data["owner"]
+        out(
+            f"owner: the root belongs to profile {owner['name']!r} "
+            f"({owner['file'] or 'built-in'}), not to this one"
+        )
+    out(f"host python: {python.describe()}")
     if not data["applied"]:
         out("applied: nothing (run `kvenv apply`)")
         return EXIT_OK
@@ -306,22 +413,27 @@ def cmd_status(args: argparse.Namespace) -> int:
 
 
 def cmd_verify(args: argparse.Namespace) -> int:
-    from kvenv.env.root import current_state, is_owned
-    from kvenv.env.verify import drift_error, shadowed, verify
+    from kvenv.env.root import check_owner, current_state, is_owned, owner_of
+    from kvenv.env.verify import drift_error, shadowed, verify, verify_activation
     from kvenv.errors import InputError
 
     loaded, locations = _load(args)
+    check_owner(locations.root, owner_of(loaded))
     manifest = current_state(locations)[1] if is_owned(locations.root) else None
     if manifest is None:
         raise InputError(
             f"nothing is applied for profile {loaded.profile.name} in {locations.root}",
             hint="run `kvenv apply` first",
         )
-    drifts = verify(manifest, _host(None))
+    python = host_python(args, loaded)
+    host = _host(None, python)
+    drifts = verify(manifest, host, locations=locations)
+    drifts += verify_activation(manifest, loaded, host)
     if args.json:
         emit_json(
             {
                 "generation": manifest.generation,
+                "host_python": {"path": python.path, "source": python.source},
                 "ok": not drifts,
                 "drift": [{"kind": d.kind, "path": d.path, "message": d.message} for d in drifts],
                 "shadowed": shadowed(manifest),
@@ -329,9 +441,10 @@ def cmd_verify(args: argparse.Namespace) -> int:
         )
         return EXIT_CHECK_FAILED if drifts else EXIT_OK
     if drifts:
-        raise drift_error(drifts)
+        raise drift_error(drifts, _command(args, "apply", "--repair"))
     files = sum(1 for _ in manifest.distributions)
     out(f"verified generation {manifest.generation}: {files} distributions match their RECORD")
+    out(f"protected host packages unchanged in {python.describe()}")
     for line in shadowed(manifest):
         out(f"note: {line}")
     return EXIT_OK

@@ -28,6 +28,7 @@ from kvenv import __version__
 from kvenv._util.progress import Progress
 from kvenv.env.activation import shims_current, write_shims
 from kvenv.env.manifest import (
+    ExecutablePth,
     GenerationDirs,
     HostPackage,
     InstalledDistribution,
@@ -42,6 +43,7 @@ from kvenv.env.root import (
     claim_root,
     current_state,
     dirs_present,
+    foreign_owner,
     generation_dir,
     is_owned,
     list_generations,
@@ -49,11 +51,14 @@ from kvenv.env.root import (
     new_generation_id,
     now,
     owner_file,
+    owner_of,
+    read_owner,
     read_pointer,
     remove_generations,
     switch,
+    take_ownership,
 )
-from kvenv.errors import ConflictError, InputError, Problem
+from kvenv.errors import ConflictError, InputError, IntegrityError, Problem
 from kvenv.lock.input import LockInput, file_digest, has_lock
 from kvenv.model.fields import Sha256
 from kvenv.model.loading import LoadedProfile
@@ -87,6 +92,9 @@ class ApplyOptions:
     python: str | None = None  # interpreter for console scripts (default: the host's)
     progress: Progress | None = None
     on_wait: Callable[[str], None] = _ignore
+    # Re-verify everything the generation uses (cached wheels re-hashed, store entries checked
+    # against their RECORD) and build a fresh generation even when the applied one matches.
+    repair: bool = False
 
 
 @attrs.frozen
@@ -121,15 +129,47 @@ def plan_apply(
     recorded: HostSnapshot | None = None,
 ) -> Plan:
     """The plan against the root's current state and what the cache and store hold."""
+    from kvenv.env.pthreport import with_pth_findings
     from kvenv.plan.make import make_plan, with_presence
 
-    current = None
-    if is_owned(locations.root):
-        _, current = current_state(locations)
+    current: Manifest | _ForOtherPython | None = None
+    if is_owned(locations.root) and foreign_owner(locations.root, owner_of(loaded)) is None:
+        applied = _trusted_current(locations)
+        current = applied
+        if applied is not None and not same_interpreter(applied.python, host):
+            current = _ForOtherPython(applied.generation)  # made for another interpreter
     draft = make_plan(loaded, lock, host, current, strict=strict, recorded=recorded)
     shas = [a.sha256 for a in draft.artifacts]
     plan = with_presence(draft, _cached(locations, shas), _stored(locations, shas))
+    plan = with_pth_findings(plan, locations.store, loaded.profile.overlay.allow_pth)
     return attrs.evolve(plan, inputs=attrs.evolve(plan.inputs, locations=locations))
+
+
+@attrs.frozen
+class _ForOtherPython:
+    """The applied generation as a plan for another host interpreter sees it: never up to
+    date (its console scripts and manifest name the other interpreter)."""
+
+    generation: str
+
+    def matches(self, profile_digest: str, lock_digest: str | None, native: str | None) -> bool:
+        return False
+
+
+def same_interpreter(applied: str | None, host: HostSnapshot) -> bool:
+    """Was a generation whose manifest records ``applied`` made for ``host``'s interpreter?
+    Unknown on either side counts as the same (older manifests, snapshots without a path)."""
+    probed = host.python.executable
+    return applied is None or probed is None or applied == probed
+
+
+def _trusted_current(locations: Locations) -> Manifest | None:
+    """The current manifest, or None when its bytes do not match the pointer's digest (an
+    edited manifest is nothing valid applied: the apply builds a fresh generation)."""
+    try:
+        return current_state(locations)[1]
+    except IntegrityError:
+        return None
 
 
 def _stored(locations: Locations, shas: list[str]) -> frozenset[str]:
@@ -157,7 +197,8 @@ def noop_fast(
     A no-op needs: no apply in progress; a current manifest that validates, was written by
     this kvenv and records this profile's digest, the sha256 of the lock file's bytes and the
     profile's native wheel; its generation's dirs present; no other generation to clean up; the
-    activation scripts as an apply would write them; and a live host that still passes the
+    activation scripts as an apply would write them; a manifest made for the live host's
+    interpreter (:func:`same_interpreter`); and a live host that still passes the
     profile's target checks. The lock's own checks and the native wheel's tags are functions
     of the profile and the lock bytes, which passed them when the manifest was written. A
     profile without ``[target]`` (its target is the host) always takes the full path.
@@ -167,6 +208,8 @@ def noop_fast(
     profile = loaded.profile
     if profile.target is None or not is_owned(locations.root):
         return None
+    if read_owner(locations.root) != owner_of(loaded):
+        return None  # another profile's root, or one to adopt: the full path decides
     if owner_file(locations).exists():
         return None
     lock_digest = None
@@ -176,7 +219,7 @@ def noop_fast(
             return None
     try:
         pointer, manifest = current_state(locations)
-    except InputError:
+    except (InputError, IntegrityError):
         return None
     if pointer is None or manifest is None or manifest.kvenv_version != __version__:
         return None
@@ -186,6 +229,8 @@ def noop_fast(
     keep = {pointer.generation} | ({pointer.previous} if pointer.previous else set())
     if not set(list_generations(locations)) <= keep or not shims_current(locations, manifest):
         return None
+    if not same_interpreter(manifest.python, host()):
+        return None  # applied for another host interpreter: rebuild for this one
     findings = check_host(profile, host(), recorded=recorded())
     if any(f.status == "error" for f in findings):
         return None
@@ -261,6 +306,7 @@ def apply(plan: Plan, options: ApplyOptions | None = None) -> ApplyResult:
         return ApplyResult("dry-run", plan, str(root), plan.current_generation, None)
     claim_root(root)
     with RootLock(locations, wait=options.wait, on_wait=options.on_wait):
+        take_ownership(root, owner_of(plan.inputs.loaded))
         pointer = read_pointer(root)
         keep = {pointer.generation} if pointer else set()
         if pointer and pointer.previous:
@@ -272,7 +318,7 @@ def apply(plan: Plan, options: ApplyOptions | None = None) -> ApplyResult:
         if (pointer.generation if pointer else None) != plan.current_generation:
             plan = _replan(plan)
             _refuse_incompatible(plan)
-        if plan.up_to_date and pointer is not None:
+        if plan.up_to_date and pointer is not None and not options.repair:
             _, manifest = current_state(locations)
             if manifest is not None and dirs_present(manifest):
                 write_shims(locations, manifest)
@@ -318,6 +364,7 @@ class _Run:
     overlay: LinkedLayer | None = None
     manifest: Manifest | None = None
     switched: bool = False
+    warnings: list[str] = attrs.field(factory=list)  # damaged cache or store entries replaced
 
     @property
     def loaded(self) -> LoadedProfile:
@@ -362,22 +409,25 @@ class _Run:
             str(manifest_path(root, manifest.generation)) if manifest else None,
             removed,
             list(manifest.notes) if manifest else [],
-            apply_warnings(manifest) if manifest else [],
+            self.warnings + (apply_warnings(manifest) if manifest else []),
         )
 
     # -- the steps ---------------------------------------------------------------------------
 
-    def fetch(self) -> None:
+    def fetch(self, artifacts: list[PlanArtifact] | None = None) -> None:
         from kvenv.fetch.core import fetch_all
 
         bundle = self.options.bundle
-        self.files = fetch_all(
-            [a.artifact for a in self.artifacts()],
-            cache=self.locations.cache,
-            offline=self.options.offline or bundle is not None,
-            bundle=bundle.local_files() if bundle is not None else None,
-            jobs=self.options.jobs,
-            progress=_fetch_progress(self.options.progress),
+        self.files.update(
+            fetch_all(
+                [a.artifact for a in (self.artifacts() if artifacts is None else artifacts)],
+                cache=self.locations.cache,
+                offline=self.options.offline or bundle is not None,
+                bundle=bundle.local_files() if bundle is not None else None,
+                jobs=self.options.jobs,
+                progress=_fetch_progress(self.options.progress),
+                rehash_cached=self.options.repair,
+            )
         )
 
     def verify(self) -> None:
@@ -388,20 +438,67 @@ class _Run:
     def _unpacked(self) -> dict[str, StoreEntry]:
         """Every wheel of the plan in the store (unpacked once, in parallel, on first use); a
         waived RECORD is accepted while unpacking, and linking accepts it in the overlay only."""
-        from kvenv.env.store import unpack_all
+        from kvenv.errors import KvenvError
 
         if self.entries is None:
-            wheels = {a.sha256: self.files[a.sha256] for a in self.artifacts()}
-            self.entries = dict(
-                unpack_all(
-                    self.locations.store,
-                    wheels,
-                    protected=self.protected,
-                    record_waivers=self.waivers,
-                    jobs=self.options.jobs,
-                )
-            )
+            try:
+                self.entries = self._unpack_all()
+            except KvenvError:
+                # A wheel that fails to unpack may be a cached file damaged in place (same
+                # size and mtime): re-hash the cached files; fetch the damaged ones again.
+                if not self._refetch_damaged():
+                    raise
+                self.entries = self._unpack_all()
         return self.entries
+
+    def _unpack_all(self) -> dict[str, StoreEntry]:
+        from kvenv.env.store import unpack_all
+
+        wheels = {a.sha256: self.files[a.sha256] for a in self.artifacts()}
+        return dict(
+            unpack_all(
+                self.locations.store,
+                wheels,
+                protected=self.protected,
+                record_waivers=self.waivers,
+                jobs=self.options.jobs,
+                full_check=self.options.repair,
+                on_damaged=self.warnings.append,
+            )
+        )
+
+    def _refetch_damaged(self) -> bool:
+        """Re-hash every cached wheel of the plan; a damaged one is evicted from the cache and
+        fetched again (with a warning), or, with no network, named in the error. False when
+        every file is sound (then the wheel itself is bad)."""
+        from kvenv._util.hashing import sha256_file
+        from kvenv.errors import FetchError, Problem
+
+        damaged = []
+        for artifact in self.artifacts():
+            path = self.files[artifact.sha256]
+            if sha256_file(path)[0] != artifact.sha256:
+                damaged.append((artifact, path))
+        if not damaged:
+            return False
+        cached = [(a, p) for a, p in damaged if p.is_relative_to(self.locations.cache)]
+        for _, path in cached:
+            remove_cache_entry(path)
+        if self.options.offline or self.options.bundle is not None or len(cached) < len(damaged):
+            raise FetchError(
+                f"{len(damaged)} artifact file(s) are damaged (their sha256 is not the pinned one)",
+                problems=[Problem(f"{path} ({a.artifact.label})") for a, path in damaged],
+                hint="nothing was installed; the damaged cached files were removed: run "
+                "`kvenv apply` with network access to download them again (a damaged bundle: "
+                "make it again with `kvenv bundle`)",
+            )
+        for artifact, path in damaged:
+            self.warnings.append(
+                f"the cached {path} was damaged (sha256 differs from its pin); downloaded again"
+            )
+            del self.files[artifact.sha256]
+        self.fetch([a for a, _ in damaged])
+        return True
 
     def _layout(self, layer: str) -> GenerationLayout:
         from kvenv.env.store import GenerationLayout
@@ -441,6 +538,7 @@ class _Run:
             protected=self.protected,
             record_waivers=self.waivers,
             jobs=self.options.jobs,
+            allow_pth=[w.name for w in self.loaded.profile.overlay.allow_pth],
         )
 
     def install_native(self) -> None:
@@ -462,6 +560,13 @@ class _Run:
     def write_shims(self) -> None:
         assert self.manifest is not None
         write_shims(self.locations, self.manifest)
+
+
+def remove_cache_entry(path: Path) -> None:
+    """Remove a cached artifact file and its cache entry directory (kvenv's own layout)."""
+    from kvenv.env.seal import remove_sealed
+
+    remove_sealed(path.parent)
 
 
 # -- the manifest ------------------------------------------------------------------------------
@@ -510,10 +615,12 @@ def build_manifest(run: _Run) -> Manifest:
     layers = [(run.native, "native"), (run.overlay, "overlay")]
     installed: list[InstalledDistribution] = []
     conflicts = []
+    hooks: list[ExecutablePth] = []
     for layer, role in layers:
         if layer is None:
             continue
         conflicts.extend(layer.conflicts)
+        hooks.extend(hook for d in layer.dists for hook in d.executable_pth)
         shas = [a.sha256 for a in run.artifacts(role)]
         installed.extend(
             InstalledDistribution(
@@ -568,6 +675,7 @@ def build_manifest(run: _Run) -> Manifest:
         python=run.interpreter,
         notes=notes,
         conflicts=conflicts,
+        executable_pth=hooks,
     )
 
 
@@ -598,4 +706,5 @@ __all__ = [
     "apply_warnings",
     "noop_fast",
     "plan_apply",
+    "same_interpreter",
 ]

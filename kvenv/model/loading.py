@@ -19,7 +19,13 @@ from kvenv._util import tomlio
 from kvenv._util.resources import data_dir
 from kvenv.errors import InputError, Problem, ProfileError, ProfileNotReadable
 from kvenv.model import convert
-from kvenv.model.profile import HfSource, IndexSource, PathSource, Profile
+from kvenv.model.profile import (
+    HfSource,
+    IndexSource,
+    PathSource,
+    Profile,
+    runtime_env_problems,
+)
 
 if TYPE_CHECKING:
     from kvenv.model.snapshot import HostSnapshot
@@ -62,6 +68,15 @@ class LoadedProfile:
     def snapshot_path(self) -> Path | None:
         snap = self.profile.host.snapshot
         return self.resolve(snap) if snap else None
+
+    @property
+    def host_python_path(self) -> Path | None:
+        """The profile's ``[host] python``: absolute as written, a relative path against the
+        profile's project (like ``snapshot``); None when the profile names none."""
+        python = self.profile.host.python
+        if python is None:
+            return None
+        return Path(python) if Path(python).is_absolute() else self.resolve(python)
 
     @property
     def digest(self) -> str:
@@ -140,10 +155,36 @@ def iter_profiles(*, cwd: Path | None = None) -> Iterator[tuple[str, str, Path]]
 
 
 def _read_raw(path: Path) -> dict[str, Any]:
+    from kvenv.model.fields import MAX_PROFILE_BYTES
+
     try:
-        return tomlio.read(path)
+        raw = tomlio.read(path, max_bytes=MAX_PROFILE_BYTES, what="profile")
     except InputError as exc:
         raise ProfileNotReadable(exc.message, problems=exc.problems, hint=exc.hint) from None
+    problems = list(_overlong(raw, "$", str(path)))
+    if problems:
+        raise ProfileError(f"invalid profile: {path}", problems=problems)
+    return raw
+
+
+def _overlong(node: Any, where: str, file: str) -> Iterator[Problem]:
+    """Every text (key or value) of a raw profile longer than ``MAX_TEXT_CHARS``."""
+    from kvenv.model.fields import MAX_TEXT_CHARS
+
+    fix = f"shorten it to at most {MAX_TEXT_CHARS} characters"
+    if isinstance(node, str) and len(node) > MAX_TEXT_CHARS:
+        message = f"text of {len(node)} characters is too long (at most {MAX_TEXT_CHARS})"
+        yield Problem(message, file=file, path=where, fix=fix)
+    elif isinstance(node, dict):
+        for key, value in node.items():
+            if len(key) > MAX_TEXT_CHARS:
+                message = f"a key of {len(key)} characters is too long (at most {MAX_TEXT_CHARS})"
+                yield Problem(message, file=file, path=where, fix=fix)
+                continue
+            yield from _overlong(value, f"{where}.{key}", file)
+    elif isinstance(node, list):
+        for index, value in enumerate(node):
+            yield from _overlong(value, f"{where}[{index}]", file)
 
 
 def _merge(base: Mapping[str, Any], over: Mapping[str, Any]) -> dict[str, Any]:
@@ -230,7 +271,7 @@ def load_profile(ref: str | None = None, *, cwd: Path | None = None) -> LoadedPr
 def _inherited_paths(
     profile: Profile, chain: list[tuple[Path, dict[str, Any]]]
 ) -> Iterator[tuple[str, Path]]:
-    values = {"$.host.snapshot": profile.host.snapshot}
+    values = {"$.host.snapshot": profile.host.snapshot, "$.host.python": profile.host.python}
     if profile.native is not None and isinstance(profile.native.source, PathSource):
         values["$.native.source.path"] = profile.native.source.path
     for field, value in values.items():
@@ -329,6 +370,10 @@ def check_profile(profile: Profile, *, file: str | None = None) -> list[Problem]
             add(where, f"{name!r} is waived twice", "waive it once")
         elif name in protected:
             add(where, f"{name!r} is protected on the host and never installed", "remove it")
+    pth_allowed = [canonicalize_name(w.name) for w in profile.overlay.allow_pth]
+    for index, name in enumerate(pth_allowed):
+        if name in pth_allowed[:index]:
+            add(f"$.overlay.allow_pth[{index}].name", f"{name!r} is allowed twice", "list it once")
     target = profile.target
     if target is not None and target.implementation == "cpython" and not target.pure:
         want = "cp" + target.python_version.replace(".", "")
@@ -346,6 +391,8 @@ def check_profile(profile: Profile, *, file: str | None = None) -> list[Problem]
                 f"tensor_parallel_size {tp} exceeds the target's {target.gpu.count} GPU(s)",
                 f"use at most {target.gpu.count}",
             )
+    for where, message, fix in runtime_env_problems(profile.runtime):
+        add(where, message, fix)
     native = profile.native
     if native is not None:
         if canonicalize_name(native.name) in protected:
@@ -423,6 +470,13 @@ def profile_digest(profile: Profile) -> str:
         # Without record waivers the field is left out of the hash: a profile that sets none
         # has the digest its locks record whether or not they know the field.
         del data["overlay"]["record_waivers"]
+    if not data.get("overlay", {}).get("allow_pth", True):
+        del data["overlay"]["allow_pth"]  # none allowed: the digest locks already record
+    # Where the host interpreter lives is not what is locked or installed: moving it keeps the
+    # lock valid (apply rebuilds when the interpreter differs from the manifest's).
+    data.get("host", {}).pop("python", None)
+    if not data.get("runtime", {}).get("allow_env", True):
+        del data["runtime"]["allow_env"]  # none allowed: the digest locks already record
     canonical = json.dumps(data, sort_keys=True, separators=(",", ":"))
     return "sha256:" + hashlib.sha256(canonical.encode()).hexdigest()
 

@@ -91,6 +91,9 @@ class Host:
     """What the machine already provides and what may never be written or shadowed."""
 
     snapshot: RelPath | None = None
+    # The host interpreter (e.g. "/usr/bin/python3"); a relative path is resolved against the
+    # profile's project, as ``snapshot`` is. See kvenv.probe.interpreter for the full order.
+    python: NonEmpty | None = None
     protected: list[PackageName] = attrs.field(factory=lambda: list(DEFAULT_PROTECTED))
     waivers: list[Waiver] = attrs.field(factory=list)
 
@@ -151,10 +154,15 @@ class Overlay:
     file differs from the file's bytes (an upstream packaging defect): the installed RECORD
     then lists the actual digests and the manifest records each waived mismatch. Structural
     defects (files missing from RECORD, absent files listed, bad rows) are never waived.
+
+    A wheel that ships a ``.pth`` file with a line ``site`` executes at every interpreter start
+    (``import ...``) is installed only when ``allow_pth`` names it, with a reason.
     """
 
     lock: RelPath | None = None
     record_waivers: list[Waiver] = attrs.field(factory=list)
+    # wheels allowed to ship a .pth line that Python executes at every start (``import ...``)
+    allow_pth: list[Waiver] = attrs.field(factory=list)
 
 
 @attrs.frozen
@@ -175,6 +183,66 @@ class Runtime:
     gpu_memory_utilization: Fraction | None = None
     attention_backend: NonEmpty | None = None
     env: dict[EnvName, str] = attrs.field(factory=dict)
+    # Loader-changing names (LOADER_ENV) allowed in ``env``, each with the reason it is needed.
+    allow_env: dict[EnvName, NonEmpty] = attrs.field(factory=dict)
+
+
+# Environment names that change how a process loads code: the dynamic loader, an interpreter's
+# start-up (Python, shells, Perl, Ruby, Node, Java). Activation exports ``[runtime.env]`` into
+# the user's shell, so such a name is refused unless ``[runtime.allow_env]`` gives a reason.
+LOADER_ENV = frozenset(
+    {
+        "LD_PRELOAD", "LD_AUDIT", "LD_DEBUG_OUTPUT", "LD_PROFILE", "LD_ORIGIN_PATH",
+        "DYLD_INSERT_LIBRARIES", "DYLD_LIBRARY_PATH", "DYLD_FRAMEWORK_PATH",
+        "DYLD_FALLBACK_LIBRARY_PATH", "GCONV_PATH", "LOCPATH",
+        "PYTHONSTARTUP", "PYTHONINSPECT", "PYTHONHOME", "PYTHONUSERBASE", "PYTHONEXECUTABLE",
+        "PYTHONPLATLIBDIR", "PYTHONBREAKPOINT", "PYTHONWARNINGS",
+        "BASH_ENV", "ENV", "ZDOTDIR", "PROMPT_COMMAND", "SHELLOPTS", "BASHOPTS", "IFS", "PS4",
+        "PERL5OPT", "PERL5LIB", "PERLLIB", "RUBYOPT", "RUBYLIB", "NODE_OPTIONS", "NODE_PATH",
+        "JAVA_TOOL_OPTIONS", "_JAVA_OPTIONS", "JDK_JAVA_OPTIONS",
+    }
+)  # fmt: skip
+LOADER_PREFIXES = ("LD_", "DYLD_", "BASH_FUNC_")
+# Names activation itself sets: a profile value would replace what kvenv computed.
+# (kvenv.env.activation sets KVENV_MANIFEST and KVENV_ACTIVE_GENERATION.)
+KVENV_SETS = frozenset(
+    {"PATH", "PYTHONPATH", "LD_LIBRARY_PATH", "KVENV_MANIFEST", "KVENV_ACTIVE_GENERATION"}
+)
+
+
+def loads_code(name: str) -> bool:
+    """Whether the environment variable ``name`` changes how processes load code."""
+    return name in LOADER_ENV or name.startswith(LOADER_PREFIXES)
+
+
+def runtime_env_problems(runtime: Runtime) -> list[tuple[str, str, str]]:
+    """``($.path, message, fix)`` for each ``[runtime.env]`` name kvenv sets itself, and each
+    loader-changing name ``[runtime.allow_env]`` does not allow with a reason."""
+    problems: list[tuple[str, str, str]] = []
+    for name in runtime.env:
+        where = f"$.runtime.env.{name}"
+        if name in KVENV_SETS:
+            problems.append(
+                (where, f"{name} is set by kvenv's activation", "remove it from [runtime.env]")
+            )
+        elif loads_code(name) and name not in runtime.allow_env:
+            problems.append(
+                (
+                    where,
+                    f"{name} changes how processes load code; activation would export it",
+                    f'remove it, or allow it with a reason: [runtime.allow_env] {name} = "why"',
+                )
+            )
+    for name in runtime.allow_env:
+        if name in KVENV_SETS:
+            problems.append(
+                (
+                    f"$.runtime.allow_env.{name}",
+                    f"{name} is set by kvenv's activation and cannot be allowed",
+                    "remove it",
+                )
+            )
+    return problems
 
 
 @attrs.frozen

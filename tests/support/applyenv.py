@@ -86,8 +86,10 @@ def write_project(
     source: str = "path",
     env: dict[str, str] | None = None,
     target: str = "",
+    allow_pth: Sequence[str] = ("helper",),
 ) -> Project:
-    """Write ``profiles/<name>.toml`` and ``locks/pylock.<name>.toml`` for these wheels."""
+    """Write ``profiles/<name>.toml`` and ``locks/pylock.<name>.toml`` for these wheels.
+    ``allow_pth``: the wheels allowed an executable .pth line (the helper wheel has one)."""
     (directory / "profiles").mkdir(parents=True, exist_ok=True)
     (directory / "locks").mkdir(parents=True, exist_ok=True)
     if source == "path":
@@ -104,7 +106,10 @@ def write_project(
         f'[native]\nname = "nativepkg"\nversion = "{native_version}"\n'
         f'sha256 = "{sha256_of(native)}"\nsize = {native.stat().st_size}\n'
         f"[native.source]\n{source_toml}"
-        f"[runtime.env]\n{env_toml}"
+        + "".join(
+            f'[[overlay.allow_pth]]\nname = "{n}"\nreason = "a test hook"\n' for n in allow_pth
+        )
+        + f"[runtime.env]\n{env_toml}"
     )
     (directory / "profiles" / f"{name}.toml").write_text(profile)
     packages = ""
