@@ -286,7 +286,13 @@ def cmd_apply(args: argparse.Namespace) -> int:
     from kvenv.lock.input import profile_lock
 
     plan = plan_apply(
-        loaded, profile_lock(loaded), host(), locations, strict=args.strict, recorded=recorded()
+        loaded,
+        profile_lock(loaded),
+        host(),
+        locations,
+        strict=args.strict,
+        recorded=recorded(),
+        repair=args.repair,
     )
     progress = TerminalProgress("fetching", enabled=sys.stdout.isatty() and sys.stderr.isatty())
     options = ApplyOptions(
@@ -412,14 +418,35 @@ def cmd_status(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def _drift_row(drift: Any) -> dict[str, str]:
+    return {"kind": drift.kind, "path": drift.path, "message": drift.message}
+
+
 def cmd_verify(args: argparse.Namespace) -> int:
-    from kvenv.env.root import check_owner, current_state, is_owned, owner_of
-    from kvenv.env.verify import drift_error, shadowed, verify, verify_activation
+    from kvenv.env.integrity import state_damage
+    from kvenv.env.root import check_owner, is_owned, owner_of
+    from kvenv.env.verify import Drift, drift_error, shadowed, verify, verify_activation
     from kvenv.errors import InputError
 
     loaded, locations = _load(args)
     check_owner(locations.root, owner_of(loaded))
-    manifest = current_state(locations)[1] if is_owned(locations.root) else None
+    manifest, damage = state_damage(locations) if is_owned(locations.root) else (None, [])
+    repair = _command(args, "apply", "--repair")
+    if damage:  # the state files themselves: nothing else can be trusted
+        drifts = [Drift(d.kind, d.path, d.message) for d in damage]
+        if args.json:
+            emit_json(
+                {
+                    "generation": None,
+                    "ok": False,
+                    "drift": [
+                        {"kind": d.kind, "path": d.path, "message": d.message} for d in drifts
+                    ],
+                    "repair": repair,
+                }
+            )
+            return EXIT_CHECK_FAILED
+        raise drift_error(drifts, repair)
     if manifest is None:
         raise InputError(
             f"nothing is applied for profile {loaded.profile.name} in {locations.root}",
@@ -435,13 +462,13 @@ def cmd_verify(args: argparse.Namespace) -> int:
                 "generation": manifest.generation,
                 "host_python": {"path": python.path, "source": python.source},
                 "ok": not drifts,
-                "drift": [{"kind": d.kind, "path": d.path, "message": d.message} for d in drifts],
+                "drift": [_drift_row(d) for d in drifts],
                 "shadowed": shadowed(manifest),
             }
         )
         return EXIT_CHECK_FAILED if drifts else EXIT_OK
     if drifts:
-        raise drift_error(drifts, _command(args, "apply", "--repair"))
+        raise drift_error(drifts, repair)
     files = sum(1 for _ in manifest.distributions)
     out(f"verified generation {manifest.generation}: {files} distributions match their RECORD")
     out(f"protected host packages unchanged in {python.describe()}")

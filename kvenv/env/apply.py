@@ -127,14 +127,16 @@ def plan_apply(
     *,
     strict: bool = False,
     recorded: HostSnapshot | None = None,
+    repair: bool = False,
 ) -> Plan:
-    """The plan against the root's current state and what the cache and store hold."""
+    """The plan against the root's current state and what the cache and store hold. With
+    ``repair`` an unreadable current state counts as nothing applied (the repair rebuilds)."""
     from kvenv.env.pthreport import with_pth_findings
     from kvenv.plan.make import make_plan, with_presence
 
     current: Manifest | _ForOtherPython | None = None
     if is_owned(locations.root) and foreign_owner(locations.root, owner_of(loaded)) is None:
-        applied = _trusted_current(locations)
+        applied = _trusted_current(locations, repair=repair)
         current = applied
         if applied is not None and not same_interpreter(applied.python, host):
             current = _ForOtherPython(applied.generation)  # made for another interpreter
@@ -163,13 +165,20 @@ def same_interpreter(applied: str | None, host: HostSnapshot) -> bool:
     return applied is None or probed is None or applied == probed
 
 
-def _trusted_current(locations: Locations) -> Manifest | None:
+def _trusted_current(locations: Locations, *, repair: bool = False) -> Manifest | None:
     """The current manifest, or None when its bytes do not match the pointer's digest (an
-    edited manifest is nothing valid applied: the apply builds a fresh generation)."""
+    edited manifest is nothing valid applied: the apply builds a fresh generation); with
+    ``repair``, also when the pointer or the manifest cannot be read at all."""
+    from kvenv.errors import KvenvError
+
     try:
         return current_state(locations)[1]
     except IntegrityError:
         return None
+    except KvenvError:
+        if repair:
+            return None
+        raise
 
 
 def _stored(locations: Locations, shas: list[str]) -> frozenset[str]:
@@ -279,7 +288,17 @@ def _locations(plan: Plan) -> Locations:
     return locations
 
 
-def _replan(plan: Plan) -> Plan:
+def _pointer(root: Path, *, repair: bool) -> Pointer | None:
+    """The root's pointer; with ``repair`` an unreadable one counts as none (rebuilt)."""
+    if not repair:
+        return read_pointer(root)
+    try:
+        return read_pointer(root)
+    except InputError:
+        return None
+
+
+def _replan(plan: Plan, *, repair: bool) -> Plan:
     inputs = plan.inputs
     return plan_apply(
         inputs.loaded,
@@ -288,6 +307,7 @@ def _replan(plan: Plan) -> Plan:
         _locations(plan),
         strict=inputs.strict,
         recorded=inputs.recorded,
+        repair=repair,
     )
 
 
@@ -307,7 +327,7 @@ def apply(plan: Plan, options: ApplyOptions | None = None) -> ApplyResult:
     claim_root(root)
     with RootLock(locations, wait=options.wait, on_wait=options.on_wait):
         take_ownership(root, owner_of(plan.inputs.loaded))
-        pointer = read_pointer(root)
+        pointer = _pointer(root, repair=options.repair)
         keep = {pointer.generation} if pointer else set()
         if pointer and pointer.previous:
             keep.add(pointer.previous)
@@ -316,7 +336,7 @@ def apply(plan: Plan, options: ApplyOptions | None = None) -> ApplyResult:
         # (generations are immutable, their ids unique); another apply switched the root in
         # between: plan again against what is there now.
         if (pointer.generation if pointer else None) != plan.current_generation:
-            plan = _replan(plan)
+            plan = _replan(plan, repair=options.repair)
             _refuse_incompatible(plan)
         if plan.up_to_date and pointer is not None and not options.repair:
             _, manifest = current_state(locations)

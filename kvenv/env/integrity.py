@@ -17,9 +17,10 @@ from kvenv.model.locations import Locations
 
 @attrs.frozen
 class Damage:
-    """One damaged thing: ``kind`` is ``store`` or ``cache``; ``path`` names it."""
+    """One damaged thing: ``kind`` is ``store``, ``cache`` or ``state`` (the pointer or a
+    manifest); ``path`` names it."""
 
-    kind: Literal["store", "cache"]
+    kind: Literal["store", "cache", "state"]
     path: str
     message: str
 
@@ -76,3 +77,34 @@ def cache_damage(locations: Locations, *, rehash: bool = True) -> list[Damage]:
             if found is not None:
                 out.append(found)
     return out
+
+
+STATE_MODE = 0o644  # what kvenv writes the pointer and manifests with (kvenv._util.atomic)
+
+
+def state_damage(locations: Locations) -> tuple[Manifest | None, list[Damage]]:
+    """The current manifest of an owned root and what is wrong with the state files: an
+    unreadable or edited pointer or manifest (the pointer records the manifest's sha256), a
+    missing pointer while generations exist, or a mode kvenv did not write. ``(None, [])``:
+    nothing was ever applied."""
+    from kvenv.env.root import POINTER_NAME, current_state, list_generations, manifest_path
+    from kvenv.errors import KvenvError
+
+    pointer_path = locations.root / POINTER_NAME
+    try:
+        pointer, manifest = current_state(locations)
+    except KvenvError as exc:
+        where = exc.problems[0].file if exc.problems and exc.problems[0].file else pointer_path
+        return None, [Damage("state", str(where), exc.message)]
+    if pointer is None:
+        if list_generations(locations):
+            message = f"the generation pointer {pointer_path} is missing"
+            return None, [Damage("state", str(pointer_path), message)]
+        return None, []
+    out: list[Damage] = []
+    for path in (pointer_path, manifest_path(locations.root, pointer.generation)):
+        mode = path.stat().st_mode & 0o777
+        if mode != STATE_MODE:
+            message = f"{path} has mode {mode:03o}; kvenv writes it {STATE_MODE:03o}"
+            out.append(Damage("state", str(path), message))
+    return manifest, out

@@ -34,7 +34,7 @@ if TYPE_CHECKING:
     from kvenv.model.loading import LoadedProfile
 
 DriftKind = Literal[
-    "missing", "modified", "record", "shadow", "host", "store", "cache", "activation"
+    "missing", "modified", "record", "shadow", "host", "store", "cache", "state", "activation"
 ]
 
 

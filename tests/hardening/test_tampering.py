@@ -1,7 +1,8 @@
-"""The tampering matrix: {generation file, store file, cached wheel} x {edit, truncate, delete,
-chmod}. For each: ``verify`` fails naming the damaged file (or, where the environment is not
-damaged, passes: see ``NOT_DAMAGE``), ``apply --repair`` restores a state that ``verify``
-passes, and nothing outside kvenv's directories changes.
+"""The tampering matrix: {generation file, store file, cached wheel, manifest, pointer} x
+{edit, truncate, delete, chmod}. For each: ``verify`` fails naming the damaged file (or, where
+the environment is not damaged, passes: see ``NOT_DAMAGE``), ``apply --repair`` restores a
+state that ``verify`` passes, and nothing outside kvenv's directories changes. (The state files,
+manifest and pointer, are checked as ``kvenv verify`` checks them first: :func:`state_damage`.)
 
 Not damage, on purpose: a cached wheel deleted (a cache may be emptied: ``kvenv cache clean``)
 or made unreadable by a mode change (the applied generation does not read it; the next apply
@@ -18,6 +19,7 @@ from pathlib import Path
 
 import pytest
 
+from kvenv.env.integrity import state_damage
 from kvenv.env.manifest import Manifest
 from kvenv.env.root import current_state
 from kvenv.env.verify import verify
@@ -33,7 +35,7 @@ from tests.support.applyenv import (
     standard_project,
 )
 
-TARGETS = ("generation", "store", "cache")
+TARGETS = ("generation", "store", "cache", "manifest", "pointer")
 OPERATIONS = ("edit", "truncate", "delete", "chmod")
 NOT_DAMAGE = {("cache", "delete"), ("cache", "chmod")}
 
@@ -54,6 +56,10 @@ def _target(kind: str, where: Locations, manifest: Manifest) -> Path:
         return Path(manifest.dirs.overlay) / "helper" / "__init__.py"
     if kind == "store":
         return where.store / helper.wheel_sha256 / "site" / "helper" / "__init__.py"
+    if kind == "manifest":
+        return where.generations / manifest.generation / "manifest.json"
+    if kind == "pointer":
+        return where.root / "current.json"
     entry = ArtifactCache(where.cache).entry(helper.wheel_sha256)
     return next(p for p in entry.iterdir() if p.suffix == ".whl")
 
@@ -93,17 +99,20 @@ def test_tampering_is_detected_and_repaired(tmp_path: Path, target: str, operati
     path = _target(target, where, manifest)
     outside = _outside(tmp_path, where)
     _tamper(path, operation)
-    drifts = verify(manifest, host, locations=where)
+    read, damage = state_damage(where)
+    drifts = [f"{d.path} {d.message}" for d in damage]
+    if read is not None:
+        drifts += [f"{d.path} {d.message}" for d in verify(read, host, locations=where)]
     if (target, operation) in NOT_DAMAGE:
         assert drifts == []
     else:
         assert drifts, f"{operation} of the {target} file went unnoticed"
-        named = {target: str(path), "generation": str(path)}
-        shown = " ".join(f"{d.path} {d.message}" for d in drifts)
-        assert named[target] in shown or path.parent.name in shown, shown
+        shown = " ".join(drifts)
+        assert str(path) in shown or path.parent.name in shown, shown
     result = apply(project.loaded(), project.lock(), host, where, jobs=2, repair=True)
     assert result.status == "applied"
     repaired = current_state(where)[1]
     assert repaired is not None and repaired.generation != manifest.generation
     assert verify(repaired, host, locations=where) == []
+    assert state_damage(where)[1] == []
     assert _outside(tmp_path, where) == outside

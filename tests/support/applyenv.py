@@ -200,6 +200,7 @@ def apply(
     from kvenv.env.apply import apply as execute
     from kvenv.fetch.bundle import open_bundle
 
-    plan = plan_apply(loaded, lock, host, where, strict=strict, recorded=recorded)
+    repair = bool(options.get("repair", False))
+    plan = plan_apply(loaded, lock, host, where, strict=strict, recorded=recorded, repair=repair)
     opened = open_bundle(bundle) if bundle is not None else None
     return execute(plan, ApplyOptions(bundle=opened, **options))
