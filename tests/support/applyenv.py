@@ -204,3 +204,22 @@ def apply(
     plan = plan_apply(loaded, lock, host, where, strict=strict, recorded=recorded, repair=repair)
     opened = open_bundle(bundle) if bundle is not None else None
     return execute(plan, ApplyOptions(bundle=opened, **options))
+
+
+# A [target] that is this machine: profiles with it take the no-op fast path and pass the live
+# host's target checks (for tests that run the CLI against the live host).
+LOCAL_TARGET = (
+    f'[target]\npython = "{platform.python_version()}"\nabi = "cp3{sys.version_info.minor}"\n'
+    f'machine = "{platform.machine()}"\n'
+)
+
+
+def local_project(directory: Path) -> Project:
+    """The native wheel and the helper overlay, targeting this machine."""
+    wheels = directory / "wheels"
+    return write_project(
+        directory,
+        native=native_wheel(wheels),
+        overlay=[helper_wheel(wheels)],
+        target=LOCAL_TARGET,
+    )

@@ -4,8 +4,6 @@ a runtime root exists."""
 
 from __future__ import annotations
 
-import platform
-import sys
 from pathlib import Path
 
 import pytest
@@ -14,23 +12,12 @@ from kvenv.cli import main
 from kvenv.env.root import current_state
 from kvenv.fetch.bundle import make_bundle
 from kvenv.model.locations import Locations
-from tests.support.applyenv import helper_wheel, native_wheel, write_project
-
-TARGET = (
-    f'[target]\npython = "{platform.python_version()}"\nabi = "cp3{sys.version_info.minor}"\n'
-    f'machine = "{platform.machine()}"\n'
-)
+from tests.support.applyenv import local_project
 
 
 @pytest.fixture
 def bundle(tmp_path: Path) -> Path:
-    wheels = tmp_path / "proj" / "wheels"
-    project = write_project(
-        tmp_path / "proj",
-        native=native_wheel(wheels),
-        overlay=[helper_wheel(wheels)],
-        target=TARGET,
-    )
+    project = local_project(tmp_path / "proj")
     make_bundle(project.loaded(), tmp_path / "bundle", cache=tmp_path / "first-cache")
     return tmp_path / "bundle"
 

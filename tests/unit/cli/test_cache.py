@@ -5,30 +5,17 @@ from __future__ import annotations
 
 import json
 import os
-import platform
-import sys
 from pathlib import Path
 
 import pytest
 
 from kvenv.cli import main
-from tests.support.applyenv import helper_wheel, native_wheel, write_project
-
-TARGET = (
-    f'[target]\npython = "{platform.python_version()}"\nabi = "cp3{sys.version_info.minor}"\n'
-    f'machine = "{platform.machine()}"\n'
-)
+from tests.support.applyenv import local_project
 
 
 @pytest.fixture
 def applied(tmp_path: Path) -> tuple[str, list[str], Path]:
-    wheels = tmp_path / "proj" / "wheels"
-    project = write_project(
-        tmp_path / "proj",
-        native=native_wheel(wheels),
-        overlay=[helper_wheel(wheels)],
-        target=TARGET,
-    )
+    project = local_project(tmp_path / "proj")
     cache = tmp_path / "cache"
     paths = ["--root", str(tmp_path / "root"), "--cache", str(cache)]
     assert main(["apply", str(project.profile_path), *paths]) == 0

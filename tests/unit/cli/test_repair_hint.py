@@ -4,34 +4,21 @@ hint names the profile and the paths it was given, and ``verify`` then passes.""
 from __future__ import annotations
 
 import os
-import platform
 import re
 import shlex
 import stat
-import sys
 from pathlib import Path
 
 import pytest
 
 from kvenv.cli import main
-from tests.support.applyenv import helper_wheel, native_wheel, write_project
-
-TARGET = (
-    f'[target]\npython = "{platform.python_version()}"\nabi = "cp3{sys.version_info.minor}"\n'
-    f'machine = "{platform.machine()}"\n'
-)
+from tests.support.applyenv import local_project
 
 
 def test_the_printed_repair_command_repairs(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    wheels = tmp_path / "proj" / "wheels"
-    project = write_project(
-        tmp_path / "proj",
-        native=native_wheel(wheels),
-        overlay=[helper_wheel(wheels)],
-        target=TARGET,
-    )
+    project = local_project(tmp_path / "proj")
     paths = ["--root", str(tmp_path / "root"), "--cache", str(tmp_path / "cache")]
     profile = str(project.profile_path)
     assert main(["apply", profile, *paths]) == 0

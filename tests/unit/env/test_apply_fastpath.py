@@ -3,9 +3,7 @@ matches the inputs; any changed input, missing directory or misfit host defeats 
 
 from __future__ import annotations
 
-import platform
 import shutil
-import sys
 from pathlib import Path
 
 import attrs
@@ -20,28 +18,15 @@ from tests.support.applyenv import (
     Project,
     apply,
     fake_host_site,
-    helper_wheel,
     host_snapshot,
+    local_project,
     locations,
-    native_wheel,
-    write_project,
-)
-
-TARGET = (
-    f'[target]\npython = "{platform.python_version()}"\nabi = "cp3{sys.version_info.minor}"\n'
-    f'machine = "{platform.machine()}"\n'
 )
 
 
 @pytest.fixture
 def applied(tmp_path: Path) -> tuple[Project, Locations, HostSnapshot]:
-    wheels = tmp_path / "proj" / "wheels"
-    project = write_project(
-        tmp_path / "proj",
-        native=native_wheel(wheels),
-        overlay=[helper_wheel(wheels)],
-        target=TARGET,
-    )
+    project = local_project(tmp_path / "proj")
     host = host_snapshot(fake_host_site(tmp_path))
     where = locations(tmp_path)
     result = apply(project.loaded(), project.lock(), host, where, jobs=2)

@@ -3,8 +3,6 @@ name it, and applying for another interpreter rebuilds instead of saying "up to 
 
 from __future__ import annotations
 
-import platform
-import sys
 from pathlib import Path
 
 import attrs
@@ -15,20 +13,17 @@ from kvenv.env.root import current_state
 from kvenv.model.locations import Locations
 from kvenv.model.snapshot import HostSnapshot
 from tests.support.applyenv import (
+    LOCAL_TARGET,
     Project,
     apply,
     fake_host_site,
-    helper_wheel,
     host_snapshot,
+    local_project,
     locations,
     native_wheel,
     write_project,
 )
 
-TARGET = (
-    f'[target]\npython = "{platform.python_version()}"\nabi = "cp3{sys.version_info.minor}"\n'
-    f'machine = "{platform.machine()}"\n'
-)
 OTHER = "/opt/other-host/bin/python"
 
 
@@ -38,13 +33,7 @@ def _for(host: HostSnapshot, executable: str) -> HostSnapshot:
 
 @pytest.fixture
 def applied(tmp_path: Path) -> tuple[Project, Locations, HostSnapshot]:
-    wheels = tmp_path / "proj" / "wheels"
-    project = write_project(
-        tmp_path / "proj",
-        native=native_wheel(wheels),
-        overlay=[helper_wheel(wheels)],
-        target=TARGET,
-    )
+    project = local_project(tmp_path / "proj")
     host = host_snapshot(fake_host_site(tmp_path))
     where = locations(tmp_path)
     assert apply(project.loaded(), project.lock(), host, where, jobs=2).status == "applied"
@@ -90,7 +79,7 @@ def test_host_python_field_resolves_relative_paths_and_keeps_the_digest(tmp_path
 
     wheels = tmp_path / "proj" / "wheels"
     project = write_project(
-        tmp_path / "proj", native=native_wheel(wheels), overlay=[], target=TARGET
+        tmp_path / "proj", native=native_wheel(wheels), overlay=[], target=LOCAL_TARGET
     )
     before = project.loaded()
     assert before.host_python_path is None
