@@ -33,6 +33,18 @@ def register(sub: Any) -> None:
         p.set_defaults(func=cmd_cache)
 
 
+def _prune_command(args: argparse.Namespace) -> str:
+    """``kvenv cache prune`` for the same profile and cache, to run as printed."""
+    import shlex
+
+    argv = ["kvenv", "cache", "prune"]
+    if args.profile:
+        argv.append(args.profile)
+    if args.cache:
+        argv += ["--cache", args.cache]
+    return shlex.join(argv)
+
+
 def cmd_cache(args: argparse.Namespace) -> int:
     from kvenv.model.loading import load_profile
     from kvenv.model.locations import resolve_locations
@@ -54,7 +66,9 @@ def cmd_cache(args: argparse.Namespace) -> int:
                 + ("no damage found" if not damage else f"{len(damage)} damaged entr(y/ies)")
             )
             if damage:
-                out("fix: `kvenv cache prune` removes them; the next apply fetches them again")
+                out(
+                    f"fix: `{_prune_command(args)}` removes them; the next apply fetches them again"
+                )
         return EXIT_CHECK_FAILED if damage else EXIT_OK
     from kvenv.env.cachedir import clean, prune
 

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import json
 import os
+import re
+import shlex
 from pathlib import Path
 
 import pytest
@@ -57,6 +59,24 @@ def test_verify_prune_clean(
     assert not (cache / "store").exists()
     assert main(["verify", profile, *paths]) == 0  # the generation's files are hard links
     assert main(["cache", "verify", profile, *cache_args]) == 0
+
+
+def test_the_printed_prune_command_removes_the_damage(
+    applied: tuple[str, list[str], Path], capsys: pytest.CaptureFixture[str]
+) -> None:
+    profile, _, cache = applied
+    entry = next(p for p in (cache / "store").iterdir() if (p / "site" / "helper").is_dir())
+    victim = entry / "site" / "helper" / "__init__.py"
+    os.chmod(victim.parent, 0o755)
+    os.chmod(victim, 0o644)
+    victim.write_text("V = 'tampered'\n")
+    capsys.readouterr()
+    assert main(["cache", "verify", profile, "--cache", str(cache)]) == 1
+    hint = re.search(r"fix: `([^`]+)`", capsys.readouterr().out)
+    assert hint is not None
+    assert main(shlex.split(hint.group(1))[1:]) == 0
+    assert not entry.exists()
+    assert main(["cache", "verify", profile, "--cache", str(cache)]) == 0
 
 
 def test_prune_removes_a_damaged_store_entry(
