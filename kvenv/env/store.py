@@ -118,7 +118,13 @@ def unpack(
         return found
     store.mkdir(parents=True, exist_ok=True)
     final = entry_dir(store, sha256)
-    if final.exists():  # an entry without a valid marker: a leftover, never a complete entry
+    if final.exists():
+        # Another process sharing this store may have renamed its complete entry into place
+        # since the look above (and may be linking from it): use it. Only an entry that is
+        # still without a valid marker is a leftover, never a complete entry.
+        found = lookup(store, sha256)
+        if found is not None:
+            return found
         remove_sealed(final)
     temp = Path(tempfile.mkdtemp(prefix=f".tmp-{sha256[:16]}-", dir=store))
     try:

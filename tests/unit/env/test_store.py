@@ -219,3 +219,27 @@ def test_many_directories_link_in_parallel_batches(tmp_path: Path) -> None:
         linked = tmp_path / "g" / "overlay" / path
         assert linked.read_text() == files[path]
         assert os.stat(linked).st_ino == os.stat(entry.source_of(path)).st_ino
+
+
+def test_an_entry_another_process_just_finished_is_used_not_removed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Two applies sharing one store (two roots, one cache): this one looked before the other
+    renamed its complete entry into place. That entry is used, never removed as a leftover: the
+    other apply may be linking from it (found by the slow concurrency harness)."""
+    wheel = helper_wheel(tmp_path / "w")
+    sha = sha256_of(wheel)
+    entry = unpack(tmp_path / "store", sha, wheel)  # the other process's finished entry
+    inode = (entry.path / "site" / "helper" / "__init__.py").stat().st_ino
+    real = store.lookup
+    looks: list[str] = []
+
+    def late(where: Path, sha256: str) -> store.StoreEntry | None:
+        looks.append(sha256)  # the first look happened before the other process's rename
+        return None if len(looks) == 1 else real(where, sha256)
+
+    monkeypatch.setattr(store, "lookup", late)
+    monkeypatch.setattr(store, "install_wheel", lambda *a, **k: pytest.fail("unpacked again"))
+    again = unpack(tmp_path / "store", sha, wheel)
+    assert again.path == entry.path
+    assert (entry.path / "site" / "helper" / "__init__.py").stat().st_ino == inode
