@@ -5,8 +5,9 @@ Usage (from the repository root)::
 
     .venv/bin/python benchmarks/hardening_report.py
 
-The slow harnesses record their own sections (faults, concurrency, fuzz.*); this script adds
-the hostile-input and secrets sections from a JUnit XML run of those test files, and the total.
+The slow harnesses record their own sections (faults: the kill campaign by kind, concurrency,
+fuzz.*); this script adds the hostile-input, secrets, tampering-matrix and default-suite fault
+sections from JUnit XML runs of those test files, and the total.
 """
 
 from __future__ import annotations
@@ -28,6 +29,9 @@ HOSTILE = [
     "tests/hardening/test_hostile_wheels.py",
     "tests/hardening/test_hostile_shards.py",
 ]
+TAMPERING = ["tests/hardening/test_tampering.py"]
+DEFAULT_FAULTS = ["tests/hardening/test_apply_faults.py", "tests/hardening/test_faults.py"]
+FAST = "not network and not e2e and not slow"
 SLOW = [
     "tests/hardening/test_faults.py",
     "tests/hardening/test_concurrency.py",
@@ -90,9 +94,25 @@ def main() -> int:
     )
     secrets, _ = _junit(["tests/hardening/test_secrets.py"], "not network and not e2e")
     record_figures("secrets", {"tests": secrets, "leaks_found_by_passing_test": 0})
+    tampering, tampering_s = _junit(TAMPERING, FAST)
+    cases = tampering.get("test_tampering", {"passed": 0, "failed": 0, "xfailed": 0})
+    record_figures(
+        "tampering",
+        {
+            "cases": sum(cases.values()),
+            "passed": cases["passed"],
+            "failed": cases["failed"],
+            "targets": ["generation", "store", "cache", "manifest", "pointer"],
+            "operations": ["edit", "truncate", "delete", "chmod"],
+            "seconds": round(tampering_s, 1),
+        },
+    )
+    faults, faults_s = _junit(DEFAULT_FAULTS, FAST)
+    record_figures("default_faults", {"by_module": faults, "seconds": round(faults_s, 1)})
     slow, slow_s = _junit(SLOW, "slow")
     record_figures("slow_harnesses", {"by_module": slow, "seconds": round(slow_s, 1)})
-    failed = sum(c["failed"] for t in (hostile, secrets, slow) for c in t.values())
+    runs = (hostile, secrets, tampering, faults, slow)
+    failed = sum(c["failed"] for t in runs for c in t.values())
     print(FIGURES.read_text())
     return 1 if failed else 0
 

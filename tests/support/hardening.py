@@ -8,6 +8,7 @@
   ``KVENV_FAULT_CALL`` is set, SIGKILLs itself at the N-th Python function call made inside
   kvenv, ``installer`` or ``huggingface_hub`` (``KVENV_FAULT_COUNT=FILE`` instead writes how many
   calls a whole run made, with the phase of each, so a harness can draw kill points from it).
+  :data:`PHASES` names the phase letters.
 """
 
 from __future__ import annotations
@@ -26,9 +27,17 @@ REPO_ROOT = Path(__file__).resolve().parent.parent.parent
 FAULT_CALL = "KVENV_FAULT_CALL"
 FAULT_COUNT = "KVENV_FAULT_COUNT"
 
-# The driver: kvenv's CLI, loopback http allowed, and an optional seeded kill point. The phase
-# of a call is the area of the code it is in: "download" (kvenv.fetch, huggingface_hub,
-# kvenv._util.hashing), "install" (installer, kvenv.env.wheelinstall, kvenv.env.store) or "other".
+# The phase of a call is the area of the code it is in, one letter per call in a count file.
+PHASES = {
+    "d": "download",  # kvenv.fetch, huggingface_hub
+    "v": "verify",  # re-hashing and checking: _util.hashing, env.seal, env.integrity, env.verify
+    "i": "install",  # installer, env.wheelinstall, env.store, env.stage, env.pthreport
+    "s": "state",  # manifest, generations, the pointer switch, shims: env.manifest, env.root,
+    # env.activation, _util.atomic
+    "o": "other",  # everything else (parsing, planning, the CLI)
+}
+
+# The driver: kvenv's CLI, loopback http allowed, and an optional seeded kill point.
 DRIVER = r"""
 import os, sys, signal, threading
 from kvenv.cli import main
@@ -42,17 +51,23 @@ if KILL_AT or COUNT_TO:
         os.path.dirname(m.__file__) + os.sep: m.__name__
         for m in (kvenv, installer, huggingface_hub)
     }
-    DOWNLOAD = ("fetch" + os.sep, "hashing.py", "huggingface_hub")
-    INSTALL = ("wheelinstall.py", "store.py", "installer")
+    S = os.sep
+    AREAS = (
+        ("d", ("kvenv" + S + "fetch" + S, "huggingface_hub")),
+        ("v", ("hashing.py", S + "seal.py", "integrity.py", S + "verify.py")),
+        ("i", ("wheelinstall.py", S + "store.py", S + "stage.py", "pthreport.py", "installer")),
+        ("s", (S + "manifest.py", S + "root.py", "activation.py", "atomic.py")),
+    )
     phases = []
     lock = threading.Lock()
+    known = {}
 
     def phase(filename):
-        if any(part in filename for part in DOWNLOAD):
-            return "d"
-        if any(part in filename for part in INSTALL):
-            return "i"
-        return "o"
+        found = known.get(filename)
+        if found is None:
+            found = next((p for p, parts in AREAS if any(x in filename for x in parts)), "o")
+            known[filename] = found
+        return found
 
     def hook(frame, event, arg):
         if event != "call":
