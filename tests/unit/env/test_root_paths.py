@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -132,10 +133,10 @@ def test_permission_denied_root_names_origin_without_reset_hint(
     denied = tmp_path / "denied"
     real_mkdir = Path.mkdir
 
-    def mkdir(self: Path, *args: object, **kwargs: object) -> None:
+    def mkdir(self: Path, *args: Any, **kwargs: Any) -> None:
         if str(self).startswith(str(denied)):
             raise PermissionError(13, "Permission denied", str(self))
-        real_mkdir(self, *args, **kwargs)  # type: ignore[arg-type]
+        real_mkdir(self, *args, **kwargs)
 
     monkeypatch.setattr(Path, "mkdir", mkdir)
     text = profile.read_text()

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import pytest
 
 from kvenv.errors import InputError
@@ -27,14 +29,14 @@ def _resolve(
     flag: str | None = None,
     environ: dict[str, str] | None = None,
     profile: str | None = None,
-    which: object = _which,
+    which: Callable[[str], str | None] = _which,
 ) -> tuple[str, str]:
     host = resolve_host_python(
         flag=flag,
         environ=environ or {},
         profile_value=profile,
         profile_file="/proj/profiles/p.toml",
-        which=which,  # type: ignore[arg-type]
+        which=which,
         runnable=lambda p: p in EXISTING,
         own=OWN,
     )
