@@ -152,6 +152,19 @@ def remove_sealed(path: Path) -> None:
     if path.is_symlink() or not path.is_dir():
         path.unlink()
         return
-    for current, _subdirs, _names in os.walk(path):
-        os.chmod(current, stat.S_IMODE(os.lstat(current).st_mode) | stat.S_IWUSR | stat.S_IXUSR)
+    _unseal_dirs(path)
     shutil.rmtree(path)
+
+
+def reseal(root: Path) -> None:
+    """Seal the entry at ``root`` again from its files as they are now (they were verified
+    against its RECORD: a ``touch`` or a mode change, not a change of bytes)."""
+    _unseal_dirs(root)
+    (root / SEAL).unlink(missing_ok=True)
+    seal(root)
+
+
+def _unseal_dirs(root: Path) -> None:
+    """Make every directory under ``root`` writable again (its files keep their modes)."""
+    for current, _subdirs, _names in os.walk(root):
+        os.chmod(current, stat.S_IMODE(os.lstat(current).st_mode) | stat.S_IWUSR | stat.S_IXUSR)

@@ -38,7 +38,6 @@ import io
 import json
 import os
 import shutil
-import stat
 import tempfile
 import zipfile
 import zlib
@@ -52,7 +51,7 @@ import attrs
 from kvenv._util.importnames import fold, import_name_of, protected_import_names
 from kvenv._util.progress import Progress
 from kvenv.env.manifest import FileConflict, Layer
-from kvenv.env.seal import SEAL, record_problems, remove_sealed, seal, seal_problem
+from kvenv.env.seal import record_problems, remove_sealed, reseal, seal, seal_problem
 from kvenv.env.wheelinstall import InstalledDist, install_wheel
 from kvenv.errors import InputError, InstallError, IntegrityError
 from kvenv.model import convert
@@ -227,7 +226,7 @@ def _intact(
     problems = record_problems(entry.path / "site", entry.dist.dist_info)
     if not problems:
         if broken is not None:
-            _reseal(entry.path)
+            reseal(entry.path)
         return True
     if on_damaged is not None:
         on_damaged(
@@ -235,13 +234,6 @@ def _intact(
             f"({problems[0]}{' ...' if len(problems) > 1 else ''}); unpacked again from the wheel"
         )
     return False
-
-
-def _reseal(path: Path) -> None:
-    for current, _subdirs, _names in os.walk(path):
-        os.chmod(current, stat.S_IMODE(os.lstat(current).st_mode) | stat.S_IWUSR)
-    (path / SEAL).unlink(missing_ok=True)
-    seal(path)
 
 
 def _cpu_jobs(jobs: int) -> int:

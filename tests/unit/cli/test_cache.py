@@ -61,15 +61,21 @@ def test_verify_prune_clean(
     assert main(["cache", "verify", profile, *cache_args]) == 0
 
 
-def test_the_printed_prune_command_removes_the_damage(
-    applied: tuple[str, list[str], Path], capsys: pytest.CaptureFixture[str]
-) -> None:
-    profile, _, cache = applied
+def _tamper_helper_entry(cache: Path) -> Path:
+    """Edit a file of the helper's store entry in place; returns the entry."""
     entry = next(p for p in (cache / "store").iterdir() if (p / "site" / "helper").is_dir())
     victim = entry / "site" / "helper" / "__init__.py"
     os.chmod(victim.parent, 0o755)
     os.chmod(victim, 0o644)
     victim.write_text("V = 'tampered'\n")
+    return entry
+
+
+def test_the_printed_prune_command_removes_the_damage(
+    applied: tuple[str, list[str], Path], capsys: pytest.CaptureFixture[str]
+) -> None:
+    profile, _, cache = applied
+    entry = _tamper_helper_entry(cache)
     capsys.readouterr()
     assert main(["cache", "verify", profile, "--cache", str(cache)]) == 1
     hint = re.search(r"fix: `([^`]+)`", capsys.readouterr().out)
@@ -83,11 +89,7 @@ def test_prune_removes_a_damaged_store_entry(
     applied: tuple[str, list[str], Path], capsys: pytest.CaptureFixture[str]
 ) -> None:
     profile, _, cache = applied
-    entry = next(p for p in (cache / "store").iterdir() if (p / "site" / "helper").is_dir())
-    victim = entry / "site" / "helper" / "__init__.py"
-    os.chmod(victim.parent, 0o755)
-    os.chmod(victim, 0o644)
-    victim.write_text("V = 'tampered'\n")
+    entry = _tamper_helper_entry(cache)
     capsys.readouterr()
     assert main(["cache", "prune", profile, "--cache", str(cache), "--json"]) == 0
     report = _json(capsys)
