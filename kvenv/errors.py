@@ -6,9 +6,27 @@ Every error kvenv raises on purpose derives from :class:`KvenvError`. Only the C
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from typing import TypeVar
 
 import attrs
+
+_E = TypeVar("_E", bound="KvenvError")
+
+
+def _plain_command(words: Sequence[str]) -> str:
+    return " ".join(("kvenv", *words))
+
+
+def fill_commands(text: str, complete: Callable[[Sequence[str]], str] = _plain_command) -> str:
+    """``text`` with each ``{kvenv VERB ARGS}`` replaced by ``complete(("VERB", "ARGS"...))``:
+    how a hint names a kvenv command for the profile and root at hand (see
+    :meth:`KvenvError.complete_commands`)."""
+    if "{kvenv " not in text:
+        return text
+    import re
+
+    return re.sub(r"\{kvenv ([^{}]+)\}", lambda m: complete(m.group(1).split()), text)
 
 
 @attrs.frozen
@@ -43,8 +61,26 @@ class KvenvError(Exception):
     def __init__(self, message: str, *, problems: Sequence[Problem] = (), hint: str | None = None):
         super().__init__(message)
         self.message = message
-        self.problems: tuple[Problem, ...] = tuple(problems)
-        self.hint = hint
+        self._templates = (tuple(problems), hint)
+        self.problems: tuple[Problem, ...] = ()
+        self.hint: str | None = None
+        self.complete_commands(_plain_command)
+
+    def complete_commands(self, complete: Callable[[Sequence[str]], str]) -> None:
+        """Write every ``{kvenv VERB ARGS}`` of the hint and the problems' fixes as
+        ``complete(("VERB", "ARGS"...))``: the CLI completes them with the invocation's profile,
+        paths and interpreter, so a fix prints as a command that can be run as it is. Unbound
+        (library use), they read ``kvenv VERB ARGS``."""
+        problems, hint = self._templates
+        self.problems = tuple(
+            attrs.evolve(p, fix=fill_commands(p.fix, complete)) if p.fix else p for p in problems
+        )
+        self.hint = fill_commands(hint, complete) if hint else hint
+
+    def recast(self, cls: type[_E]) -> _E:
+        """The same error (message, problems, hint, unfilled commands) as a ``cls``."""
+        problems, hint = self._templates
+        return cls(self.message, problems=problems, hint=hint)
 
     def render(self) -> str:
         lines = [self.message]

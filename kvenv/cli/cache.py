@@ -33,18 +33,6 @@ def register(sub: Any) -> None:
         p.set_defaults(func=cmd_cache)
 
 
-def _prune_command(args: argparse.Namespace) -> str:
-    """``kvenv cache prune`` for the same profile and cache, to run as printed."""
-    import shlex
-
-    argv = ["kvenv", "cache", "prune"]
-    if args.profile:
-        argv.append(args.profile)
-    if args.cache:
-        argv += ["--cache", args.cache]
-    return shlex.join(argv)
-
-
 def cmd_cache(args: argparse.Namespace) -> int:
     from kvenv.model.loading import load_profile
     from kvenv.model.locations import resolve_locations
@@ -52,6 +40,7 @@ def cmd_cache(args: argparse.Namespace) -> int:
     loaded = load_profile(args.profile)
     locations = resolve_locations(loaded.profile, cache=args.cache)
     if args.cache_command == "verify":
+        from kvenv.cli.hints import fix_command
         from kvenv.env.integrity import cache_damage
 
         damage = cache_damage(locations, rehash=True)
@@ -66,9 +55,8 @@ def cmd_cache(args: argparse.Namespace) -> int:
                 + ("no damage found" if not damage else f"{len(damage)} damaged entr(y/ies)")
             )
             if damage:
-                out(
-                    f"fix: `{_prune_command(args)}` removes them; the next apply fetches them again"
-                )
+                command = fix_command(args, "cache", "prune")
+                out(f"fix: `{command}` removes them; the next apply fetches them again")
         return EXIT_CHECK_FAILED if damage else EXIT_OK
     from kvenv.env.cachedir import clean, prune
 

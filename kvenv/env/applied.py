@@ -48,7 +48,7 @@ def applied_state(loaded: LoadedProfile) -> AppliedState:
     except (InputError, IntegrityError) as exc:
         message = "; ".join([exc.message, *(p.render() for p in exc.problems)])
         finding = DependencyFinding(
-            "(manifest)", "error", message, "overlay", fix="run `kvenv apply` again"
+            "(manifest)", "error", message, "overlay", fix="rebuild it: `{kvenv apply --repair}`"
         )
         return AppliedState(None, f"the applied state under {root} is unreadable", (finding,))
     if manifest is None:

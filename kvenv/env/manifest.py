@@ -192,7 +192,7 @@ def check_manifest(manifest: Manifest, *, file: str | None, root: Path | None) -
                 f"manifest belongs to the runtime root {base}, not {root}",
                 file=file,
                 path="$.root",
-                fix="pass the matching --root or re-run kvenv apply",
+                fix="pass the matching --root, or rebuild it: `{kvenv apply --repair}`",
             )
         )
     dirs = manifest.dirs
@@ -217,7 +217,7 @@ def check_manifest(manifest: Manifest, *, file: str | None, root: Path | None) -
                     f"{value!r} is outside the runtime root {base}",
                     file=file,
                     path=where,
-                    fix="the manifest was edited or is not kvenv's: re-run kvenv apply",
+                    fix="the manifest was edited or is not kvenv's: `{kvenv apply --repair}`",
                 )
             )
     for index, entry in enumerate(manifest.activation.ld_library_path):
@@ -243,8 +243,8 @@ def read_manifest(path: Path, *, root: Path | None = None) -> Manifest:
     data = read_json(
         path,
         what="manifest",
-        missing_hint="run `kvenv apply` to create one",
-        invalid_hint="re-run `kvenv apply`, or `kvenv reset` to start over",
+        missing_hint="run `{kvenv apply}` to create one",
+        invalid_hint="rebuild it: `{kvenv apply --repair}`",
     )
     return manifest_from_dict(data, file=str(path), root=root)
 

@@ -35,9 +35,9 @@ ATTEMPTS = 3
 MAX_LISTED = 20
 BACKOFF_SECONDS = 0.5
 OFFLINE_HINT = (
-    "on a connected machine run `kvenv bundle PROFILE -o DIR`, copy DIR here (on Kaggle: "
-    "upload it as a dataset) and run `kvenv apply --offline --from DIR`; or run without "
-    "--offline"
+    "on a connected machine run `{kvenv bundle -o kvenv-bundle}`, copy kvenv-bundle here (on "
+    "Kaggle: upload it as a dataset) and run `{kvenv apply --offline --from kvenv-bundle}`; or "
+    "run without --offline"
 )
 
 
@@ -289,13 +289,14 @@ class _Fetcher:
             return self._from_hub(artifact, source)
         location: str | Path
         if isinstance(source, IndexSource):
+            urls, links = self._index()
             location, filename = find_on_index(
                 artifact.name,
                 artifact.version,
                 artifact.sha256,
                 source,
-                index_urls=self.index_urls,
-                find_links=self.find_links,
+                index_urls=urls,
+                find_links=links,
             )
             _safe_filename(filename, artifact)
         elif isinstance(source, UrlSource):

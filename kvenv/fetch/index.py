@@ -46,8 +46,8 @@ def find_on_index(
         packages = list(
             finder.find_all_packages(name, allow_yanked=True, hashes={"sha256": [sha256]})
         )
-    except (OSError, ValueError) as exc:
-        raise FetchError(f"cannot search the index for {name}=={version}: {exc}") from None
+    except _search_errors() as exc:
+        raise _unreachable(f"{name}=={version}", urls, exc) from None
     best: Any = None
     for package in packages:
         link = package.link
@@ -80,6 +80,31 @@ def find_on_index(
 def _shown(location: str) -> str:
     """A find-links location as messages show it: a URL redacted, a directory as it is."""
     return redact_url(location) if "://" in location else location
+
+
+def _search_errors() -> tuple[type[Exception], ...]:
+    """What a search of an index raises when the index cannot be read: a socket or file error,
+    a malformed answer, or the HTTP client's own errors (a refused connection, a timeout)."""
+    import httpx2  # unearth's HTTP client: imported with unearth already
+
+    return (OSError, ValueError, httpx2.HTTPError)
+
+
+def _unreachable(wanted: str, urls: Sequence[str], exc: Exception) -> FetchError:
+    where = ", ".join(redact_url(u) for u in urls) or "the default index"
+    return FetchError(
+        f"cannot search {where} for {wanted}: {type(exc).__name__}: {_without_urls(str(exc))}",
+        hint="check the network and the index URL (--index-url, PIP_INDEX_URL); with no "
+        "network, install from a bundle made on a connected machine with "
+        "`{kvenv bundle -o kvenv-bundle}`: `{kvenv apply --offline --from kvenv-bundle}`",
+    )
+
+
+def _without_urls(text: str) -> str:
+    """``text`` with every URL in it redacted (credentials never reach a message)."""
+    import re
+
+    return re.sub(r"[a-z][a-z0-9+.-]*://\S+", lambda m: redact_url(m.group(0)), text)
 
 
 def _matches(package: Any, link: Any, version: str, filename: str | None) -> bool:
@@ -118,8 +143,8 @@ def locate_wheel(
             for p in finder.find_all_packages(name, allow_yanked=True)
             if str(p.link.filename) == filename
         ]
-    except (OSError, ValueError) as exc:
-        raise FetchError(f"cannot search the index for {filename}: {exc}") from None
+    except _search_errors() as exc:
+        raise _unreachable(filename, index_urls, exc) from None
     unhashed, other = None, None
     for link in links:
         published = (link.hashes or {}).get("sha256")

@@ -1,0 +1,73 @@
+"""Fix commands as they are printed: a hint's ``{kvenv VERB ARGS}`` completed with the profile,
+runtime root, cache and host interpreter of the invocation that failed, and only with the
+options ``VERB`` accepts, so every command kvenv tells the user to run can be run as printed."""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Callable, Sequence
+from typing import Any
+
+# The invocation's options a fix command repeats when its verb accepts them.
+_CARRIED = ("root", "cache", "python")
+
+
+def _subparser(parser: argparse.ArgumentParser, words: Sequence[str]) -> tuple[Any, int]:
+    """The parser of the (possibly nested: ``cache prune``) command ``words`` start with, and
+    how many words name it; ``(None, 1)`` for a verb the parser does not know."""
+    current: argparse.ArgumentParser | None = parser
+    used = 0
+    while current is not None and used < len(words):
+        actions = [a for a in current._actions if isinstance(a, argparse._SubParsersAction)]
+        if not actions or words[used] not in actions[0].choices:
+            break
+        current = actions[0].choices[words[used]]
+        used += 1
+    return (current, used) if used else (None, 1)
+
+
+def completer(
+    parser_for: Callable[[str], argparse.ArgumentParser], args: argparse.Namespace
+) -> Callable[[Sequence[str]], str]:
+    """The function that writes ``words`` (``("apply", "--repair")``) as the full command line
+    for this invocation: ``kvenv apply PROFILE --repair --root DIR …``."""
+
+    def complete(words: Sequence[str]) -> str:
+        import shlex
+
+        found, used = _subparser(parser_for(words[0]), words)
+        argv = ["kvenv", *words[:used]]
+        rest = list(words[used:])
+        if found is None:
+            return shlex.join(argv + rest)
+        dests = {a.dest: a for a in found._actions}
+        profile = getattr(args, "profile", None)
+        if profile and "profile" in dests and not dests["profile"].option_strings:
+            argv.append(profile)
+        argv += rest
+        for name in _CARRIED:
+            value = getattr(args, name, None)
+            flag = f"--{name}"
+            if value and flag in found._option_string_actions and flag not in rest:
+                argv += [flag, value]
+        return shlex.join(argv)
+
+    return complete
+
+
+def fix_command(args: argparse.Namespace, *words: str) -> str:
+    """``words`` as the command line to print for ``args``' invocation (see :func:`completer`;
+    the CLI binds it to ``args`` before running a command)."""
+    bound: Callable[[Sequence[str]], str] | None = getattr(args, "fix_command", None)
+    if bound is None:
+        import shlex
+
+        return shlex.join(["kvenv", *words])
+    return bound(words)
+
+
+def fill_fixes(args: argparse.Namespace, text: str) -> str:
+    """``text`` (a finding's fix) with its ``{kvenv VERB ARGS}`` completed for ``args``."""
+    from kvenv.errors import fill_commands
+
+    return fill_commands(text, lambda words: fix_command(args, *words))
