@@ -6,8 +6,6 @@ import sys
 from pathlib import Path
 from typing import Any
 
-import tomli_w
-
 from kvenv.errors import InputError, Problem
 
 if sys.version_info >= (3, 11):
@@ -51,4 +49,6 @@ def read(path: Path, *, max_bytes: int | None = None, what: str = "file") -> dic
 
 
 def dumps(data: dict[str, Any]) -> str:
+    import tomli_w  # here: reading a profile (every command) never writes TOML
+
     return tomli_w.dumps(data)

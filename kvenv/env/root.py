@@ -23,7 +23,6 @@ it while a later apply switches (that previous generation is kept until the next
 
 from __future__ import annotations
 
-import datetime
 import errno
 import json
 import os
@@ -176,6 +175,8 @@ def take_ownership(root: Path, owner: RootOwner) -> None:
 
 def now() -> str:
     """The current UTC time as ISO 8601, to the second (what markers and manifests record)."""
+    import datetime  # here: activate and status read the root, they stamp nothing
+
     return datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
 
 
@@ -272,6 +273,7 @@ class RootLock:
 
 def new_generation_id() -> str:
     """A fresh, sortable generation id: ``YYYYmmddTHHMMSS-<6 hex>``."""
+    import datetime
     import secrets
 
     stamp = datetime.datetime.now(datetime.timezone.utc).strftime("%Y%m%dT%H%M%S")
@@ -332,7 +334,8 @@ def read_pointer(root: Path) -> Pointer | None:
         return None
     except (OSError, ValueError) as exc:
         raise InputError(
-            f"cannot read {path}: {exc}", hint="run `kvenv reset` then `kvenv apply`"
+            f"cannot read {path}: {exc}",
+            hint="start over: `{kvenv reset --yes}`, then `{kvenv apply}`",
         ) from None
     pointer = convert.structure(data, Pointer, file=str(path), what="generation pointer")
     if "/" in pointer.generation or pointer.generation.startswith("."):
@@ -378,8 +381,8 @@ def checked_manifest_path(root: Path, pointer: Pointer) -> Path:
         )
     raise IntegrityError(
         f"the current manifest cannot be trusted: {path}: {why}",
-        hint="run `kvenv apply` (it builds a fresh generation); activation never reads an "
-        "unverified manifest",
+        hint="rebuild it: `{kvenv apply --repair}` (a fresh generation); activation never "
+        "reads an unverified manifest",
     )
 
 

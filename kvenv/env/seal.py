@@ -85,7 +85,8 @@ class SealBreak:
 
 def seal_problem(root: Path) -> SealBreak | None:
     """How the entry at ``root`` no longer matches its seal (a file added, removed, resized,
-    re-moded or touched), or None when it matches. One ``stat`` per file."""
+    re-moded or touched), or None when it matches. One ``stat`` per file (by plain string
+    paths: this runs for every file of every entry a warm apply links)."""
     try:
         data = json.loads((root / SEAL).read_text(encoding="utf-8"))
         recorded: dict[str, list[int]] = data["files"]
@@ -93,22 +94,34 @@ def seal_problem(root: Path) -> SealBreak | None:
             return SealBreak(root / SEAL, "seal")
     except (OSError, ValueError, KeyError, TypeError):
         return SealBreak(root / SEAL, "seal")
-    files, _ = _walk(root)
-    extra = sorted(set(files) - set(recorded))
-    if extra:
-        return SealBreak(root / extra[0], "added")
-    gone = sorted(set(recorded) - set(files))
-    if gone:
-        return SealBreak(root / gone[0], "removed")
-    for rel in files:
-        info = os.lstat(root / rel)
-        size, mode, mtime = recorded[rel]
-        if info.st_size != size:
-            return SealBreak(root / rel, "size")
-        if stat.S_IMODE(info.st_mode) != mode:
-            return SealBreak(root / rel, "mode")
-        if info.st_mtime_ns != mtime:
-            return SealBreak(root / rel, "mtime")
+    base = os.fspath(root)
+    found = 0
+    for current, _subdirs, names in os.walk(base):
+        prefix = "" if current == base else current[len(base) + 1 :] + "/"
+        for name in names:
+            rel = prefix + name
+            if prefix == "" and name.startswith(".kvenv-"):
+                continue
+            expected = recorded.get(rel)
+            if expected is None:
+                return SealBreak(root / rel, "added")
+            found += 1
+            try:
+                info = os.lstat(f"{current}/{name}")
+            except OSError:
+                return SealBreak(root / rel, "removed")
+            size, mode, mtime = expected
+            if info.st_size != size:
+                return SealBreak(root / rel, "size")
+            if stat.S_IMODE(info.st_mode) != mode:
+                return SealBreak(root / rel, "mode")
+            if info.st_mtime_ns != mtime:
+                return SealBreak(root / rel, "mtime")
+    if found != len(recorded):
+        files, _ = _walk(root)
+        gone = sorted(set(recorded) - set(files))
+        if gone:
+            return SealBreak(root / gone[0], "removed")
     return None
 
 

@@ -42,7 +42,6 @@ import tempfile
 import zipfile
 import zlib
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -108,10 +107,12 @@ def unpack(
     protected: Iterable[str] = (),
     record_waivers: Iterable[str] = (),
     jobs: int = 1,
+    progress: Progress | None = None,
 ) -> StoreEntry:
     """Unpack ``wheel`` (already verified to have ``sha256``) into the store, once; a large
-    wheel is written by ``jobs`` threads. ``record_waivers`` names the distributions whose
-    RECORD hash/size lies are accepted (and kept in the entry's marker)."""
+    wheel is written by ``jobs`` threads (``progress`` hears its bytes as they are written).
+    ``record_waivers`` names the distributions whose RECORD hash/size lies are accepted (and
+    kept in the entry's marker)."""
     found = lookup(store, sha256)
     if found is not None:
         return found
@@ -138,6 +139,7 @@ def unpack(
                 include_dir=temp / "include",
                 record_waivers=record_waivers,
                 jobs=jobs,
+                progress=progress,
             )
         except (zipfile.BadZipFile, zlib.error, EOFError) as exc:
             raise IntegrityError(
@@ -180,15 +182,29 @@ def unpack_all(
     ``full_check``, its RECORD byte for byte); one that does not is verified in full, and if
     its bytes changed it is removed and unpacked again from the wheel (``on_damaged`` hears
     which entry and why)."""
+    from concurrent.futures import ThreadPoolExecutor  # not imported by `kvenv plan`
+
     protected = tuple(protected)
     waivers = tuple(record_waivers)
     out: dict[str, StoreEntry] = {}
     todo: dict[str, Path] = {}
-    for sha, path in wheels.items():
+
+    def reusable(sha: str) -> StoreEntry | None:
         found = lookup(store, sha)
         if found is not None and not _intact(found, full_check=full_check, on_damaged=on_damaged):
             remove_sealed(found.path)
             found = None
+        return found
+
+    # A warm apply checks every entry's seal (a stat per file): by ``jobs`` threads, as the
+    # system calls release the GIL; the results are taken in the wheels' order.
+    checkers = max(1, min(_cpu_jobs(jobs), len(wheels)))
+    if checkers > 1:
+        with ThreadPoolExecutor(checkers, thread_name_prefix="kvenv-seal") as pool:
+            reused = list(pool.map(reusable, wheels))
+    else:
+        reused = [reusable(sha) for sha in wheels]
+    for (sha, path), found in zip(wheels.items(), reused, strict=True):
         if found is None:
             todo[sha] = path
         else:
@@ -205,13 +221,12 @@ def unpack_all(
                     protected=protected,
                     record_waivers=waivers,
                     jobs=workers,
+                    progress=progress,
                 )
                 for sha, path in sorted(todo.items(), key=lambda kv: -_size(kv[1]))
             }
-            for done, (sha, future) in enumerate(futures.items(), 1):
+            for sha, future in futures.items():
                 out[sha] = future.result()
-                if progress:
-                    progress("unpack", done, len(todo))
     return {sha: out[sha] for sha in wheels}
 
 
@@ -475,7 +490,7 @@ def _link_many(
     def run(batch: list[str]) -> int:
         count = 0
         for directory in batch:
-            os.makedirs(directory, exist_ok=True)
+            _make_dir(directory)
             for source, dest in by_dir[directory]:
                 if dest != first_dest:
                     link(source, dest)
@@ -494,6 +509,8 @@ def _link_many(
     if total < 2 * LINK_CHUNK or jobs <= 1:
         done += sum(run(batch) for batch in batches)
     else:
+        from concurrent.futures import ThreadPoolExecutor
+
         with ThreadPoolExecutor(jobs, thread_name_prefix="kvenv-link") as pool:
             for count in pool.map(run, batches):
                 done += count
@@ -501,6 +518,19 @@ def _link_many(
                     progress("link", done, total)
     if progress:
         progress("link", done, total)
+
+
+def _make_dir(directory: str) -> None:
+    """``os.makedirs(directory, exist_ok=True)`` in one system call when the parent exists
+    (directories are linked in sorted order, so it usually does): a warm apply makes one per
+    directory of every wheel."""
+    try:
+        os.mkdir(directory)
+    except FileExistsError:
+        if not os.path.isdir(directory):
+            raise
+    except FileNotFoundError:
+        os.makedirs(directory, exist_ok=True)
 
 
 def _write_scripts(scripts: list[tuple[StoreEntry, str, Path]], python: str) -> dict[str, str]:

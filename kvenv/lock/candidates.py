@@ -7,7 +7,7 @@ wheel; a candidate with extras stands for ``name[extras]`` and depends on its ba
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from typing import Literal, Protocol
+from typing import TYPE_CHECKING, Literal, Protocol
 
 import attrs
 from packaging.requirements import Requirement
@@ -15,8 +15,9 @@ from packaging.specifiers import SpecifierSet
 from packaging.utils import NormalizedName, canonicalize_name
 from packaging.version import Version
 
-from kvenv.lock.finder import WheelFile
-from kvenv.lock.metadata import DistMetadata
+if TYPE_CHECKING:  # types only: `kvenv plan` and `lock --check` import this module for name_key
+    from kvenv.lock.finder import WheelFile
+    from kvenv.lock.metadata import DistMetadata
 
 Origin = Literal["native", "host", "index"]
 

@@ -11,6 +11,7 @@
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
@@ -49,9 +50,17 @@ class Policy:
 
 def parse_requirement(line: str, *, owner: str) -> Requirement:
     try:
-        return Requirement(line)
+        return _requirement(line)
     except InvalidRequirement as exc:
         raise InputError(f"{owner} has an invalid requirement {line!r}: {exc}") from None
+
+
+@functools.lru_cache(maxsize=4096)
+def _requirement(line: str) -> Requirement:
+    """One parse per distinct line: the resolver asks for a candidate's requirements each time
+    it pins or backtracks over it, and packaging's parser is the larger share of that
+    (issue 13). Callers treat the result as read-only."""
+    return Requirement(line)
 
 
 class Provider(AbstractProvider[Req, Candidate, str]):
