@@ -1,17 +1,37 @@
-"""Output helpers for the CLI (the only printing code)."""
+"""Output helpers for the CLI (the only printing code): text, JSON, errors (as text on stderr,
+or with ``--json`` as one JSON object on stdout; see docs/errors.md) and progress."""
 
 from __future__ import annotations
 
 import sys
-from typing import Any
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from kvenv.errors import KvenvError, Problem
+
+
+# -1 with --quiet, 1 with --verbose, else 0 (set per command by kvenv.cli.verbosity).
+VERBOSITY = 0
+NOTE = "note: "  # informational lines: dropped by --quiet
 
 
 def out(text: str = "") -> None:
+    if VERBOSITY < 0 and text.startswith(NOTE):
+        return
     sys.stdout.write(text + "\n")
 
 
 def err(text: str) -> None:
+    if VERBOSITY < 0 and text.startswith(NOTE):
+        return
     sys.stderr.write(text + "\n")
+
+
+def detail(text: str) -> None:
+    """A line only ``--verbose`` shows (on stderr): what kvenv resolved and where from."""
+    if VERBOSITY > 0:
+        sys.stderr.write(f"kvenv: {text}\n")
 
 
 def emit_json(data: Any) -> None:
@@ -30,38 +50,127 @@ def emit_json(data: Any) -> None:
     sys.stdout.write(text + "\n")
 
 
+def report_error(
+    kind: str,
+    code: int,
+    message: str,
+    *,
+    problems: Sequence[Problem] = (),
+    hint: str | None = None,
+    as_json: bool = False,
+    usage: str | None = None,
+    rendered: str | None = None,
+) -> int:
+    """Report one error and return its exit ``code``. As text: the usage (for a refused
+    command line) and ``kvenv: error: ...`` on stderr. With ``as_json``: one object on stdout,
+    ``{"error", "code", "message", "problems", "hint"}`` (and ``usage``), nothing on stderr."""
+    if as_json:
+        data: dict[str, Any] = {
+            "error": kind,
+            "code": code,
+            "message": message,
+            "problems": [_problem_json(p) for p in problems],
+            "hint": hint,
+        }
+        if usage is not None:
+            data["usage"] = usage.strip()
+        emit_json(data)
+        return code
+    if usage is not None:
+        sys.stderr.write(usage)
+    if kind == "Interrupted":
+        err(f"kvenv: {message}")
+        return code
+    if rendered is None:
+        lines = [message, *(f"  - {p.render()}" for p in problems)]
+        if hint:
+            lines.append(f"hint: {hint}")
+        rendered = "\n".join(lines)
+    err(f"kvenv: error: {rendered}")
+    return code
+
+
+def _problem_json(problem: Problem) -> dict[str, str | None]:
+    """A problem as JSON, its ``path`` always a ``$.``-path (an option's name, ``host``, is
+    written ``$.host``)."""
+    data = problem.to_json()
+    path = data.get("path")
+    if path and not path.startswith("$"):
+        data["path"] = "$." + path
+    return data
+
+
+def report_kvenv_error(error: KvenvError, code: int, *, as_json: bool) -> int:
+    """:func:`report_error` for a :class:`kvenv.errors.KvenvError`: its class names the kind."""
+    return report_error(
+        type(error).__name__,
+        code,
+        error.message,
+        problems=error.problems,
+        hint=error.hint,
+        as_json=as_json,
+        rendered=error.render(),
+    )
+
+
+def closest(given: str, choices: Sequence[str]) -> str | None:
+    """The choice closest to a mistyped ``given`` (difflib), for a "did you mean" hint."""
+    import difflib
+
+    found = difflib.get_close_matches(given, list(choices), n=1, cutoff=0.7)
+    return found[0] if found else None
+
+
 class TerminalProgress:
     """The one progress display (a :data:`kvenv._util.progress.Progress`): a status line on
     stderr, redrawn at most ten times a second, cleared by :meth:`close`. Inert unless
-    ``enabled`` (callers enable it only on a terminal, never with ``--json``)."""
+    ``enabled`` (callers enable it only on a terminal, never with ``--json``).
+
+    The label says the phase: ``unpack <wheel>`` (bytes written of that wheel), ``link``
+    (files linked into the generation), anything else a file being fetched (bytes). A new
+    phase starts a new line: ``fetching 3/5 file(s): 12.0/80.0 MB, 9.1 MB/s``,
+    ``unpacking 1/2 wheel(s): ...``, ``linking 12000/20000 file(s)``."""
 
     def __init__(self, verb: str, *, enabled: bool) -> None:
         import threading
 
         self.verb = verb
-        self.enabled = enabled
+        self.enabled = enabled and VERBOSITY >= 0  # --quiet: no progress
         self._lock = threading.Lock()
         self._last = 0.0
         self._items: dict[str, tuple[int, int | None]] = {}
+        self._phase = verb
+        self._started = 0.0
 
     def __call__(self, label: str, done: int, total: int | None) -> None:
         if not self.enabled:
             return
         import time
 
+        phase, unit = self.verb, "file(s)"
+        if label.startswith("unpack "):
+            phase, unit, label = "unpacking", "wheel(s)", label[len("unpack ") :]
+        elif label == "link":
+            phase = "linking"
         with self._lock:
-            self._items[label] = (done, total)
             now = time.monotonic()
+            if phase != self._phase or not self._started:
+                self._phase, self._started, self._items = phase, now, {}
+            self._items[label] = (done, total)
             if now - self._last < 0.1:
                 return
             self._last = now
-            got = sum(d for d, _ in self._items.values())
-            known = sum(t or 0 for _, t in self._items.values())
-            finished = sum(1 for d, t in self._items.values() if t is not None and d >= t)
-            text = (
-                f"{self.verb} {finished}/{len(self._items)} file(s): "
-                f"{got / 1e6:.1f}/{known / 1e6:.1f} MB"
-            )
+            if phase == "linking":
+                text = f"linking {done}/{total or '?'} file(s)"
+            else:
+                got = sum(d for d, _ in self._items.values())
+                known = sum(t or 0 for _, t in self._items.values())
+                finished = sum(1 for d, t in self._items.values() if t is not None and d >= t)
+                rate = got / max(now - self._started, 1e-3) / 1e6
+                text = (
+                    f"{phase} {finished}/{len(self._items)} {unit}: "
+                    f"{got / 1e6:.1f}/{known / 1e6:.1f} MB, {rate:.1f} MB/s"
+                )
             sys.stderr.write("\r" + text[:100].ljust(100))
             sys.stderr.flush()
 

@@ -7,8 +7,10 @@ host snapshot in :mod:`kvenv.model`, the plan in :mod:`kvenv.plan`, the manifest
 
 from __future__ import annotations
 
-from kvenv.errors import UsageError
-from kvenv.model.schema import JsonSchema, schema_for
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # imported where used: `kvenv schema --help` lists the names cheaply
+    from kvenv.model.schema import JsonSchema
 
 # name -> "module:Class". Each entry has a committed ``schemas/<name>.schema.json``.
 SCHEMAS: dict[str, str] = {
@@ -16,12 +18,15 @@ SCHEMAS: dict[str, str] = {
     "host": "kvenv.model.snapshot:HostSnapshot",
     "manifest": "kvenv.env.manifest:Manifest",
     "plan": "kvenv.plan.make:Plan",
+    "activation": "kvenv.env.activation:ShellHook",
 }
 
 
 def model_of(name: str) -> type:
     """The attrs class registered under ``name``."""
     import importlib
+
+    from kvenv.errors import UsageError
 
     try:
         module_name, _, class_name = SCHEMAS[name].partition(":")
@@ -34,4 +39,6 @@ def model_of(name: str) -> type:
 
 def generate(name: str) -> JsonSchema:
     """The JSON Schema of the model registered under ``name``."""
+    from kvenv.model.schema import schema_for
+
     return schema_for(model_of(name), title=f"kvenv {name}")

@@ -44,6 +44,7 @@ import attrs
 from packaging.utils import InvalidWheelFilename, canonicalize_name, parse_wheel_filename
 
 from kvenv._util.importnames import fold, import_name_of, protected_import_names
+from kvenv._util.progress import Progress
 from kvenv.env.manifest import ExecutablePth, RecordMismatch
 from kvenv.errors import InstallError, IntegrityError
 
@@ -590,10 +591,20 @@ def _members(zf: zipfile.ZipFile, facts: _WheelFacts) -> list[zipfile.ZipInfo]:
     ]
 
 
-def _write_members(job: _Job, members: list[zipfile.ZipInfo], jobs: int) -> list[_Row]:
+def _write_members(
+    job: _Job,
+    members: list[zipfile.ZipInfo],
+    jobs: int,
+    progress: Callable[[int], None] | None = None,
+) -> list[_Row]:
     total = sum(info.file_size for info in members)
     if jobs <= 1 or total < SPLIT_BYTES:
-        return [_install_member(job, info) for info in members]
+        rows = []
+        for info in members:
+            rows.append(_install_member(job, info))
+            if progress is not None:
+                progress(info.file_size)
+        return rows
     groups: list[list[zipfile.ZipInfo]] = [[] for _ in range(jobs)]
     loads = [0] * jobs
     for info in sorted(members, key=lambda i: -i.file_size):
@@ -611,6 +622,8 @@ def _write_members(job: _Job, members: list[zipfile.ZipInfo], jobs: int) -> list
             except BaseException:
                 job.writer.failed = True
                 raise
+            if progress is not None:
+                progress(info.file_size)
         return out
 
     from concurrent.futures import ThreadPoolExecutor
@@ -650,6 +663,7 @@ def install_wheel(
     verify_record: bool = True,
     record_waivers: Iterable[str] = (),
     jobs: int = 1,
+    progress: Progress | None = None,
 ) -> InstalledDist:
     """Install ``wheel`` into ``target`` (the import root) and return what was installed.
 
@@ -659,7 +673,8 @@ def install_wheel(
     overwritten. A wheel of more than ``SPLIT_BYTES`` is written by ``jobs`` threads. When the
     wheel's distribution is named in ``record_waivers``, a file whose hash or size differs from
     its RECORD entry is installed and reported in ``record_waived`` (every structural check
-    still applies). Raises
+    still applies). ``progress`` hears ``("unpack <wheel file name>", bytes written, bytes in
+    all)`` as the wheel's files are written. Raises
     :class:`IntegrityError` for an unsafe wheel and :class:`InstallError` when writing fails;
     in both cases every file this call wrote is removed again.
     """
@@ -707,7 +722,10 @@ def install_wheel(
                     waive_record=waive,
                 )
                 rows = _entry_point_scripts(zf, job)
-                rows += _write_members(job, _members(zf, facts), jobs)
+                members = _members(zf, facts)
+                rows += _write_members(
+                    job, members, jobs, _byte_counter(f"unpack {wheel.name}", members, progress)
+                )
             finally:
                 os.close(fd)
             installer_file = f"{facts.dist_info}/INSTALLER"
@@ -743,6 +761,29 @@ def install_wheel(
         record_waived=tuple(sorted(job.waived, key=lambda m: m.file)),
         executable_pth=tuple(hooks),
     )
+
+
+def _byte_counter(
+    label: str, members: list[zipfile.ZipInfo], progress: Progress | None
+) -> Callable[[int], None] | None:
+    """A thread-safe adder that reports the bytes written so far as ``progress(label, done,
+    total)``; None without ``progress``."""
+    if progress is None:
+        return None
+    import threading
+
+    total = sum(info.file_size for info in members)
+    lock = threading.Lock()
+    done = [0]
+    progress(label, 0, total)
+
+    def add(size: int) -> None:
+        with lock:
+            done[0] += size
+            now = done[0]
+        progress(label, now, total)
+
+    return add
 
 
 def _recorded(text: str) -> tuple[str, ...]:

@@ -1,0 +1,115 @@
+"""Using an applied environment without activating it by hand: ``run`` (one command),
+``shell`` (the user's shell, activated) and ``deactivate`` (undo ``kvenv activate``).
+
+Nothing heavy at module level; each command imports what it needs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+from typing import Any
+
+from kvenv.cli.exitcodes import EXIT_OK
+
+RUN_USAGE = "kvenv run [PROFILE] [--root DIR] [--cache DIR] [--manifest PATH] -- CMD [ARGS ...]"
+
+
+def _common(p: argparse.ArgumentParser) -> None:
+    p.add_argument("profile", nargs="?", metavar="PROFILE", help="name or .toml (default profile)")
+    p.add_argument("--root", metavar="DIR", help="runtime root (default: $KVENV_ROOT, [paths])")
+    p.add_argument("--cache", metavar="DIR", help="cache (default: $KVENV_CACHE_DIR, [paths])")
+    p.add_argument("--manifest", metavar="PATH", help="a manifest instead of the current one")
+
+
+def _split_at_dashes(parser: argparse.ArgumentParser) -> None:
+    """Make ``parser`` take everything after the first ``--`` as the command (``args.argv``),
+    untouched: argparse alone would let ``[PROFILE]`` swallow the command's name."""
+    parse = parser.parse_known_args
+
+    def parse_known_args(
+        args: Any = None, namespace: argparse.Namespace | None = None
+    ) -> tuple[argparse.Namespace, list[str]]:
+        words = list(args or [])
+        tail: list[str] | None = None
+        if "--" in words:
+            index = words.index("--")
+            words, tail = words[:index], words[index + 1 :]
+        parsed, extra = parse(words, namespace)
+        parsed.argv = tail
+        return parsed, extra
+
+    setattr(parser, "parse_known_args", parse_known_args)
+
+
+def register(sub: Any) -> None:
+    p = sub.add_parser(
+        "run",
+        help="run one command in the applied environment (no shell; its exit code is kvenv's)",
+        usage=RUN_USAGE,
+        epilog="The command replaces kvenv's process: signals reach it and its exit status is "
+        "returned. Exit 2 (nothing applied, command not found) happens before it starts.",
+    )
+    _common(p)
+    _split_at_dashes(p)
+    p.set_defaults(func=cmd_run, argv=None)
+
+    p = sub.add_parser("shell", help="start your shell ($SHELL, else /bin/sh) activated")
+    _common(p)
+    p.set_defaults(func=cmd_shell)
+
+    p = sub.add_parser(
+        "deactivate",
+        help="print what undoes `kvenv activate` for a shell (same as `activate --undo`)",
+    )
+    p.add_argument(
+        "--shell",
+        choices=("bash", "zsh", "sh", "fish", "pwsh"),
+        help="shell syntax (default: the shell running kvenv, else $SHELL)",
+    )
+    p.set_defaults(func=cmd_deactivate)
+
+
+def _activated(args: argparse.Namespace) -> dict[str, str]:
+    from kvenv.env.activation import activated_environ
+    from kvenv.env.runenv import applied_activation
+
+    if args.manifest:
+        activation, path = applied_activation(None, manifest=args.manifest)
+    else:
+        from kvenv.cli.apply import _load
+        from kvenv.env.root import check_owner, owner_of
+
+        loaded, locations = _load(args)
+        check_owner(locations.root, owner_of(loaded))
+        activation, path = applied_activation(locations, loaded.profile.name)
+    return activated_environ(activation, os.environ, manifest_path=str(path))
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    from kvenv.env.runenv import exec_command
+    from kvenv.errors import UsageError
+
+    if not args.argv:
+        raise UsageError(
+            "no command given" if args.argv is not None else "the command must follow `--`",
+            hint="kvenv run [PROFILE] -- CMD [ARGS...], e.g. `kvenv run -- python -V`",
+        )
+    exec_command(args.argv, _activated(args))
+
+
+def cmd_shell(args: argparse.Namespace) -> int:
+    from kvenv.env.runenv import exec_command, user_shell
+
+    environ = _activated(args)
+    exec_command([user_shell(os.environ)], environ)
+
+
+def cmd_deactivate(args: argparse.Namespace) -> int:
+    import sys
+
+    from kvenv.env.activation import render_deactivate
+    from kvenv.env.runenv import chosen_shell
+
+    sys.stdout.write(render_deactivate(chosen_shell(args.shell, os.environ)))
+    return EXIT_OK
