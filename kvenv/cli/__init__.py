@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import re
 import sys
 
 from kvenv import __version__
@@ -26,7 +27,7 @@ from kvenv.cli.exitcodes import (
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from collections.abc import Sequence
-    from typing import NoReturn
+    from typing import Any, NoReturn
 
 __all__ = [
     "EXIT_BAD_INPUT",
@@ -48,6 +49,10 @@ _GROUPS: tuple[str, ...] = (
     "kvenv.cli.runtime",
     "kvenv.cli.bundle",
     "kvenv.cli.cache",
+    "kvenv.cli.cluster",
+    "kvenv.cli.run",
+    "kvenv.cli.generations",
+    "kvenv.cli.completion",
 )
 
 
@@ -62,11 +67,81 @@ def exit_code_for(error: BaseException) -> int:
     return EXIT_BAD_INPUT
 
 
+class _CommandLineError(Exception):
+    """A command line argparse refused: its message, the usage of the parser that refused it,
+    and a "did you mean" hint (reported by :func:`_run`, as text or, with ``--json``, JSON)."""
+
+    def __init__(self, message: str, usage: str, hint: str | None = None) -> None:
+        super().__init__(message)
+        self.message, self.usage, self.hint = message, usage, hint
+
+
 class _Parser(argparse.ArgumentParser):
     def error(self, message: str) -> NoReturn:
-        self.print_usage(sys.stderr)
-        sys.stderr.write(f"kvenv: error: {message}\n")
-        raise SystemExit(EXIT_BAD_INPUT)
+        """Raise instead of printing and exiting, so the one error path reports it; an invalid
+        choice (a command, a verb, a ``--shell``) gets the closest valid one as a hint
+        (argparse suggests only from Python 3.14)."""
+        from kvenv.cli._io import closest
+
+        hint = None
+        found = re.search(r"invalid choice: (.+?) \(choose from (.+)\)$", message)
+        if found:
+            given = found.group(1).strip("'\"")
+            choices = [c.strip().strip("'\"") for c in found.group(2).split(",")]
+            hint = closest(given, choices)
+        raise _CommandLineError(message, self.format_usage(), hint)
+
+
+def _unrecognized(
+    parser: argparse.ArgumentParser, args: argparse.Namespace, extra: list[str]
+) -> None:
+    """Refuse arguments no parser took, suggesting the closest flag of the command they were
+    given to (the innermost subcommand the namespace names)."""
+    from kvenv.cli._io import closest
+
+    command = parser
+    while True:
+        subs = [a for a in command._actions if isinstance(a, argparse._SubParsersAction)]
+        chosen = getattr(args, subs[0].dest, None) if subs and subs[0].dest else None
+        if not subs or chosen not in subs[0].choices:
+            break
+        command = subs[0].choices[chosen]
+    options = [o for o in command._option_string_actions if o.startswith("--")]
+    hints = []
+    for token in extra:
+        if token.startswith("-"):
+            suggestion = closest(token.split("=", 1)[0], options)
+            if suggestion:
+                hints.append(suggestion)
+    raise _CommandLineError(
+        f"unrecognized arguments: {' '.join(extra)}",
+        command.format_usage(),
+        "; ".join(hints) or None,
+    )
+
+
+def _wants_json(arguments: Sequence[str]) -> bool:
+    """Whether the command line asks for JSON (``--json``, or ``--shell json``) before any
+    ``--``: then an error is a JSON object on stdout too."""
+    words = list(arguments)
+    if "--" in words:
+        words = words[: words.index("--")]
+    pairs = zip(words, [*words[1:], ""], strict=True)
+    return "--json" in words or "--shell=json" in words or ("--shell", "json") in pairs
+
+
+def _describe(sub: Any) -> None:
+    """Give every command (and nested verb) without a description its one-line help as one,
+    so ``kvenv COMMAND --help`` always says what the command does."""
+    for choice in sub._choices_actions:
+        command = sub.choices.get(choice.dest)
+        if command is None:
+            continue
+        if command.description is None and choice.help:
+            command.description = choice.help[0].upper() + choice.help[1:] + "."
+        for action in command._actions:
+            if isinstance(action, argparse._SubParsersAction):
+                _describe(action)
 
 
 def build_parser(command: str | None = None) -> argparse.ArgumentParser:
@@ -84,6 +159,10 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
         module.register(sub)
         if command is not None and command in sub.choices:
             break
+    _describe(sub)
+    from kvenv.cli.verbosity import add_flags
+
+    add_flags(sub)  # -q/--quiet, -v/--verbose on every command
     return parser
 
 
@@ -123,23 +202,51 @@ def _run(argv: Sequence[str] | None) -> int:
 
     first = arguments[0] if arguments and not arguments[0].startswith("-") else None
     parser = build_parser(first)
-    args = parser.parse_args(arguments)
+    as_json = _wants_json(arguments)
+    try:
+        args, extra = parser.parse_known_args(arguments)
+        if extra:
+            _unrecognized(parser, args, extra)
+    except _CommandLineError as refused:
+        from kvenv.cli._io import report_error
+
+        hint = f"did you mean {refused.hint}?" if refused.hint else None
+        return report_error(
+            "UsageError",
+            EXIT_BAD_INPUT,
+            refused.message,
+            hint=hint,
+            as_json=as_json,
+            usage=refused.usage,
+        )
+    as_json = bool(getattr(args, "json", False)) or getattr(args, "shell", None) == "json"
+    from kvenv.cli.verbosity import set_level
+
+    set_level(args)  # --quiet / --verbose
     func = getattr(args, "func", None)
     if func is None:
         parser.print_help()
         return EXIT_BAD_INPUT
+    from kvenv.cli.hints import completer
+
+    args.fix_command = completer(build_parser, args)  # hints print runnable commands
     try:
         code: int = func(args)
     except KvenvError as error:
-        sys.stderr.write(f"kvenv: error: {error.render()}\n")
-        return exit_code_for(error)
+        error.complete_commands(args.fix_command)
+        from kvenv.cli._io import report_kvenv_error
+
+        return report_kvenv_error(error, exit_code_for(error), as_json=as_json)
     except BrokenPipeError:
         raise  # the reader is gone: main() ends quietly
     except OSError as error:
+        from kvenv.cli._io import report_error
+
         where = f": {error.filename}" if error.filename else ""
-        sys.stderr.write(f"kvenv: error: {error.strerror or error}{where}\n")
-        return EXIT_BAD_INPUT
+        message = f"{error.strerror or error}{where}"
+        return report_error("OSError", EXIT_BAD_INPUT, message, as_json=as_json)
     except KeyboardInterrupt:
-        sys.stderr.write("kvenv: interrupted\n")
-        return EXIT_INTERRUPTED
+        from kvenv.cli._io import report_error
+
+        return report_error("Interrupted", EXIT_INTERRUPTED, "interrupted", as_json=as_json)
     return code

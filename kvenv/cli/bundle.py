@@ -83,7 +83,7 @@ def _verify(directory: Path, *, as_json: bool) -> int:
     try:
         info = open_bundle(directory)
     except IntegrityError as error:
-        raise CheckFailed(error.message, problems=error.problems, hint=error.hint) from None
+        raise error.recast(CheckFailed) from None
     if as_json:
         emit_json(info.to_json())
     else:

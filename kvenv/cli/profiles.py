@@ -36,8 +36,15 @@ def register(sub: Any) -> None:
     p.add_argument("--json", action="store_true", help="machine-readable output")
     p.set_defaults(func=cmd_validate)
 
-    p = sub.add_parser("schema", help="print a JSON Schema (profile, host, ...)")
-    p.add_argument("name", metavar="NAME", help="which schema, e.g. profile")
+    from kvenv.cli.schemas import SCHEMAS
+
+    names = ", ".join(SCHEMAS)
+    p = sub.add_parser(
+        "schema",
+        help="print a JSON Schema (profile, host, ...)",
+        description=f"Print the JSON Schema of one of kvenv's documents. Schemas: {names}.",
+    )
+    p.add_argument("name", metavar="NAME", help=f"which schema: {names}")
     p.set_defaults(func=cmd_schema)
 
 

@@ -14,9 +14,10 @@ inside it)::
 
 :func:`make_bundle` builds it next to ``DIR`` and swaps it in with renames, so a failed run
 leaves ``DIR`` as it was; it refuses a non-empty directory that is not a kvenv bundle.
-:func:`open_bundle` checks ``SHA256SUMS`` (every file re-hashed) and ``bundle.json`` against
-each other before anything is used. ``sha256sum -c SHA256SUMS`` run inside ``DIR`` checks the
-same. See ``docs/bundles.md`` for the Kaggle dataset flow.
+:func:`open_bundle` checks ``SHA256SUMS`` (every file re-hashed, or, for ``apply``, every file
+not verified unchanged since an earlier run: :mod:`kvenv.fetch.bundleseal`) and ``bundle.json``
+against each other before anything is used. ``sha256sum -c SHA256SUMS`` run inside ``DIR``
+checks the same. See ``docs/bundles.md`` for the Kaggle dataset flow.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ import json
 import os
 import re
 import shutil
+import stat
 import tempfile
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -259,7 +261,7 @@ def _bundled_lock(
     and pip install the bundled lock from the bundle alone."""
     raw = lock_path.read_bytes()  # read once: parsed here, returned as is when unchanged
     data = tomlio.loads(raw.decode("utf-8"), file=str(lock_path))
-    where = {item.sha256: item.file for item in bundled if item.role == "overlay"}
+    where = {item.sha256: item.file for item in bundled}  # the native's entry too
     lock_dir = (staging / lock_rel).parent
     changed = False
     for package in data.get("packages", []):
@@ -333,10 +335,16 @@ def _swap_in(staging: Path, out: Path) -> None:
 # --- opening ----------------------------------------------------------------------------------
 
 
-def open_bundle(directory: Path, *, verify: bool = True, jobs: int = 4) -> BundleInfo:
+def open_bundle(
+    directory: Path, *, verify: bool = True, jobs: int = 4, seals: Path | None = None
+) -> BundleInfo:
     """Read a bundle, check ``bundle.json`` against ``SHA256SUMS`` and (with ``verify``) every
     file against its sum. Raises :class:`InputError` for a malformed bundle and
-    :class:`IntegrityError` for any file that is missing or differs."""
+    :class:`IntegrityError` for any file that is missing or differs.
+
+    ``seals``: a kvenv cache directory; a file verified by an earlier run whose identity
+    (device, inode, size, mtime, ctime) and listed sha256 are unchanged is not hashed again
+    (:mod:`kvenv.fetch.bundleseal`). Without it (``kvenv bundle verify``) every file is."""
     root = Path(directory).expanduser().absolute()
     if not root.is_dir():
         raise InputError(f"bundle not found (not a directory): {root}")
@@ -344,7 +352,7 @@ def open_bundle(directory: Path, *, verify: bool = True, jobs: int = 4) -> Bundl
     index = _read_index(root)
     _cross_check(root, index, sums)
     if verify:
-        _verify_files(root, sums, jobs=jobs)
+        _verify_files(root, sums, jobs=jobs, seals=seals)
         sizes = {item.file: item.size for item in index.artifacts}
         for rel, size in sizes.items():
             actual = (root / rel).stat().st_size
@@ -439,19 +447,38 @@ def _cross_check(root: Path, index: BundleIndex, sums: dict[str, str]) -> None:
         )
 
 
-def _verify_files(root: Path, sums: dict[str, str], *, jobs: int) -> None:
+def _verify_files(
+    root: Path, sums: dict[str, str], *, jobs: int, seals: Path | None = None
+) -> None:
+    from kvenv.fetch.bundleseal import identity_of, read_bundle_seal, write_bundle_seal
+
+    known = read_bundle_seal(seals, root) if seals is not None else {}
+    verified: dict[str, list[str | int]] = {}
+
     def check(item: tuple[str, str]) -> Problem | None:
         rel, expected = item
         path = root / rel
-        if path.is_symlink() or not path.is_file():
+        try:
+            before = os.lstat(path)
+        except OSError:
+            before = None
+        if before is None or not stat.S_ISREG(before.st_mode):
             return Problem(f"{rel}: missing (or not a regular file)", file=str(path))
+        identity = identity_of(expected, before)
+        if known.get(rel) == identity:
+            verified[rel] = identity  # verified by an earlier run and unchanged since
+            return None
         actual = sha256_file(path)[0]
         if actual != expected:
             return Problem(sha_mismatch(str(path), expected, actual).message, file=str(path))
+        if identity_of(expected, os.lstat(path)) == identity:  # not changed while hashed
+            verified[rel] = identity
         return None
 
     with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
         problems = [p for p in pool.map(check, sorted(sums.items())) if p is not None]
+    if seals is not None and not problems and verified != known:
+        write_bundle_seal(seals, root, verified)
     if problems:
         raise IntegrityError(
             f"bundle {root} does not match its {SUMS}: {len(problems)} file(s) differ",

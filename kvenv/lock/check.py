@@ -40,6 +40,7 @@ from kvenv.model.snapshot import HostSnapshot, snapshot_digest
 from kvenv.model.target import TargetEnv
 
 _SHA256 = re.compile(r"[0-9a-f]{64}")
+_RELOCK = "relock with `kvenv lock`"
 
 
 @attrs.frozen
@@ -106,10 +107,116 @@ def check_lock(
         if target is not None and _applies(package, target):
             locked[package.name] = package
 
+    problems.extend(_check_native(loaded, lock, file))
     stale = _staleness(loaded, lock, host, target)
     if target is not None:
         problems.extend(_closure(lock, locked, host, target, waived, file))
     return CheckReport(file, tuple(problems), tuple(stale), skipped)
+
+
+def _check_native(loaded: LoadedProfile, lock: LockFile, file: str) -> Iterator[Problem]:
+    """The native wheel is recorded as one package marked ``native = true``, the profile's
+    exactly: name, version, one wheel with its file name, sha256 and size; in a lock that names
+    URLs, an ``hf`` native by the Hub's resolve URL at the pinned revision and a ``url`` native
+    by its URL (a portable lock names it by path, as ``_check_portable`` checks)."""
+    from kvenv.lock.pylock import hub_resolve_url
+    from kvenv.model.profile import HfSource, PathSource, UrlSource
+
+    pin = loaded.profile.native
+    marked = [i for i, t in enumerate(lock.package_tools) if t is not None and t.native]
+    if pin is None:
+        for index in marked:
+            yield Problem(
+                "the lock records a native wheel; the profile has none",
+                file=file,
+                path=f"$.packages[{index}].tool.kvenv.native",
+                fix=_RELOCK,
+            )
+        return
+    if not marked:
+        yield Problem(
+            f"the lock does not record the native wheel {pin.name} {pin.version} as a package "
+            "(other installers would install the overlay without it)",
+            file=file,
+            path="$.packages",
+            fix=_RELOCK,
+        )
+        return
+    for index in marked[1:]:
+        yield Problem(
+            "a second package is marked as the native wheel",
+            file=file,
+            path=f"$.packages[{index}].tool.kvenv.native",
+            fix=_RELOCK,
+        )
+    index = marked[0]
+    package = lock.pylock.packages[index]
+    where = f"$.packages[{index}]"
+    if name_key(package.name) != name_key(pin.name):
+        yield Problem(
+            f"the native package is {package.name}; the profile pins {pin.name}",
+            file=file,
+            path=f"{where}.name",
+            fix=_RELOCK,
+        )
+    if package.version is None or package.version != Version(pin.version):
+        yield Problem(
+            f"the native package's version is {package.version}; the profile pins {pin.version}",
+            file=file,
+            path=f"{where}.version",
+            fix=_RELOCK,
+        )
+    wheels = list(package.wheels or ())
+    if len(wheels) != 1:
+        yield Problem(
+            "the native package must have exactly one wheel",
+            file=file,
+            path=f"{where}.wheels",
+            fix=_RELOCK,
+        )
+        return
+    wheel, at = wheels[0], f"{where}.wheels[0]"
+    if wheel.hashes.get("sha256") != pin.sha256:
+        yield Problem(
+            f"the native wheel's sha256 is not the profile's {pin.sha256}",
+            file=file,
+            path=f"{at}.hashes.sha256",
+            fix=_RELOCK,
+        )
+    size: int | None = pin.size
+    if size is None and isinstance(pin.source, PathSource):
+        local = loaded.resolve(pin.source.path)
+        size = local.stat().st_size if local.is_file() else None
+    if size is not None and wheel.size != size:
+        yield Problem(
+            f"the native wheel's size is {wheel.size}; the profile's wheel has {size} bytes",
+            file=file,
+            path=f"{at}.size",
+            fix=_RELOCK,
+        )
+    source = pin.source
+    expected = getattr(source, "filename", None)
+    if expected and wheel.filename != expected:
+        yield Problem(
+            f"the native wheel's file name is {wheel.filename}; the profile names {expected}",
+            file=file,
+            path=f"{at}.name",
+            fix=_RELOCK,
+        )
+    if lock.kvenv.portable:
+        return
+    url = None
+    if isinstance(source, HfSource):
+        url = hub_resolve_url(source)
+    elif isinstance(source, UrlSource):
+        url = source.url
+    if url is not None and wheel.url != url:
+        yield Problem(
+            f"the native wheel's url is {wheel.url}; a lock that names URLs gives {url}",
+            file=file,
+            path=f"{at}.url",
+            fix=_RELOCK,
+        )
 
 
 def _applies(package: Package, target: TargetEnv) -> bool:

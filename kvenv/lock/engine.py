@@ -7,9 +7,12 @@ its native requirements serve when the native wheel's source is unreachable.
 
 from __future__ import annotations
 
+import posixpath
 from collections.abc import Mapping, Sequence
 from datetime import datetime, timezone
 from pathlib import Path
+from typing import Any
+from urllib.parse import unquote, urlsplit
 
 import attrs
 from packaging.requirements import Requirement
@@ -26,7 +29,7 @@ from kvenv.lock.contents import (
     protected_message,
     sized_file,
 )
-from kvenv.lock.finder import Finder
+from kvenv.lock.finder import Finder, WheelFile
 from kvenv.lock.native import NativeRequires, native_requires
 from kvenv.lock.provider import NativeWheel, constraint_map, prefer_map
 from kvenv.lock.pylock import (
@@ -39,13 +42,15 @@ from kvenv.lock.pylock import (
     WaiverEntry,
     build_lock,
     dumps_lock,
+    hub_resolve_url,
     read_lock,
 )
 from kvenv.lock.reqfile import parse_requirements, read_requirements
-from kvenv.lock.resolve import LockRequest, Resolution, RootRequirement, resolve
+from kvenv.lock.resolve import LockedPackage, LockRequest, Resolution, RootRequirement, resolve
 from kvenv.lock.sources import IndexConfig
 from kvenv.model.loading import LoadedProfile, recorded_host
 from kvenv.model.locations import default_cache_dir
+from kvenv.model.profile import HfSource, IndexSource, PathSource, UrlSource
 from kvenv.model.snapshot import HostSnapshot, snapshot_digest
 from kvenv.model.target import TargetEnv
 
@@ -262,12 +267,89 @@ def lock_profile(
             finder=finder,
             offline=options.offline,
         )
+        native_wheel = _native_index_wheel(loaded, finder)
         text, resolution = _lock(
-            loaded, universe, options, native=native, host=host, previous=previous, prefer=prefer
+            loaded,
+            universe,
+            options,
+            native=native,
+            host=host,
+            previous=previous,
+            prefer=prefer,
+            native_wheel=native_wheel,
         )
     old = path.read_text(encoding="utf-8") if path.is_file() else None
     portable = portable_choice(options, previous)
     return LockResult(path, text, resolution, target, native.source, old != text, portable)
+
+
+def native_package(
+    loaded: LoadedProfile,
+    native: NativeRequires,
+    index_wheel: WheelFile | None = None,
+    previous: LockFile | None = None,
+) -> LockedPackage | None:
+    """The profile's native wheel as a locked package (written marked ``native = true``):
+    an ``hf`` source by the Hub's resolve URL at the pinned revision, a ``url`` source by its
+    URL, a ``path`` source by its file, an ``index`` source by its file on the index
+    (``index_wheel``, found by sha256) else by its wheelhouse path. A portable lock writes
+    every one but a path source as ``wheels/<filename>``. None only for an index source that
+    names no file the index was seen to have."""
+    profile = loaded.profile
+    assert profile.native is not None
+    pin = profile.native
+    source = pin.source
+    size: int | None = pin.size
+    filename: str
+    if isinstance(source, HfSource):
+        filename, url = source.filename, hub_resolve_url(source)
+    elif isinstance(source, UrlSource):
+        filename, url = unquote(posixpath.basename(urlsplit(source.url).path)), source.url
+    elif isinstance(source, PathSource):
+        path = loaded.resolve(source.path).absolute()
+        filename, url = path.name, path.as_uri()
+        if size is None and path.is_file():
+            size = path.stat().st_size
+    elif index_wheel is not None:  # as the index lists it (upload time, requires-python)
+        wheel = attrs.evolve(index_wheel, size=size if size is not None else index_wheel.size)
+        return LockedPackage(
+            wheel.name, wheel.version, wheel, native.requires, requires_python=wheel.requires_python
+        )
+    elif source.filename is not None:
+        filename = source.filename
+        url = (loaded.base_dir / WHEELHOUSE / filename).absolute().as_uri()
+    else:
+        return None
+    if size is None and previous is not None:  # the file is gone: the size it was locked with
+        size = _previous_native_size(previous, pin.sha256)
+    version = Version(pin.version)
+    wheel = WheelFile(
+        canonicalize_name(pin.name), version, filename, url, 0, sha256=pin.sha256, size=size
+    )
+    return LockedPackage(canonicalize_name(pin.name), version, wheel, native.requires)
+
+
+def _previous_native_size(previous: LockFile, sha256: str) -> int | None:
+    for package, tool in zip(previous.pylock.packages, previous.package_tools, strict=True):
+        if tool is not None and tool.native:
+            for wheel in package.wheels or ():
+                if wheel.hashes.get("sha256") == sha256:
+                    return wheel.size
+    return None
+
+
+def _native_index_wheel(loaded: LoadedProfile, finder: Any) -> WheelFile | None:
+    """An ``index`` native wheel's file on the index, found by sha256 (None when the source is
+    not an index, or the index does not list it)."""
+    pin = loaded.profile.native
+    if finder is None or pin is None or not isinstance(pin.source, IndexSource):
+        return None
+    try:
+        wheels = finder.project(pin.name).wheels
+    except KvenvError:
+        return None
+    found: WheelFile | None = next((w for w in wheels if w.sha256 == pin.sha256), None)
+    return found
 
 
 def _lock(
@@ -279,6 +361,7 @@ def _lock(
     host: HostSnapshot | None,
     previous: LockFile | None,
     prefer: Mapping[NormalizedName, Version],
+    native_wheel: WheelFile | None = None,
 ) -> tuple[str, Resolution]:
     """Build the request, resolve it against ``universe`` and render the lock text."""
     request, roots, constraints = build_request(
@@ -297,6 +380,8 @@ def _lock(
         exclude_newer=options.exclude_newer,
         path=options.output or loaded.lock_path,
         portable=portable_choice(options, previous),
+        native_wheel=native_wheel,
+        previous=previous,
     )
     return text, resolution
 
@@ -334,6 +419,8 @@ def render_lock(
     exclude_newer: datetime | None,
     path: Path,
     portable: bool = False,
+    native_wheel: WheelFile | None = None,
+    previous: LockFile | None = None,
 ) -> str:
     table = kvenv_table(
         loaded,
@@ -348,7 +435,12 @@ def render_lock(
     )
     wheelhouse = (loaded.base_dir / WHEELHOUSE).resolve() if portable else None
     document = build_lock(
-        resolution, table, request.target, lock_dir=path.parent.resolve(), wheelhouse=wheelhouse
+        resolution,
+        table,
+        request.target,
+        lock_dir=path.parent.resolve(),
+        wheelhouse=wheelhouse,
+        native=native_package(loaded, native, native_wheel, previous),
     )
     return dumps_lock(document)
 
@@ -372,6 +464,7 @@ def lock_with_universe(
         host=host,
         previous=previous,
         prefer=preferences(opts, previous),
+        native_wheel=_native_index_wheel(loaded, getattr(universe, "finder", None)),
     )
 
 

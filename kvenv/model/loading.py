@@ -126,9 +126,18 @@ def find_profile(ref: str, *, cwd: Path | None = None) -> tuple[Path, str]:
         looked.append(str(directory))
         if candidate.is_file():
             return candidate, origin
+    import difflib
+
+    names = sorted({name for name, _, _ in iter_profiles(cwd=here)})
+    close = difflib.get_close_matches(ref, names, n=1, cutoff=0.6) or [
+        n for n in names if difflib.SequenceMatcher(None, ref, n[: len(ref)]).ratio() >= 0.8
+    ]
     raise ProfileNotReadable(
         f"no profile named {ref!r}",
-        hint="looked in " + ", ".join(dict.fromkeys(looked)) + "; `kvenv profiles` lists them",
+        hint=(f"did you mean {close[0]!r}? " if close else "")
+        + "looked in "
+        + ", ".join(dict.fromkeys(looked))
+        + "; `kvenv profiles` lists them",
     )
 
 
@@ -160,7 +169,7 @@ def _read_raw(path: Path) -> dict[str, Any]:
     try:
         raw = tomlio.read(path, max_bytes=MAX_PROFILE_BYTES, what="profile")
     except InputError as exc:
-        raise ProfileNotReadable(exc.message, problems=exc.problems, hint=exc.hint) from None
+        raise exc.recast(ProfileNotReadable) from None
     problems = list(_overlong(raw, "$", str(path)))
     if problems:
         raise ProfileError(f"invalid profile: {path}", problems=problems)

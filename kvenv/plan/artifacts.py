@@ -25,7 +25,7 @@ from packaging.utils import InvalidWheelFilename, canonicalize_name, parse_wheel
 from packaging.version import InvalidVersion, Version
 
 from kvenv.errors import ConflictError, IntegrityError, LockError, Problem, ProfileError
-from kvenv.lock.pylock import LockFile, parse_lock, read_lock
+from kvenv.lock.pylock import LockFile, is_native_package, parse_lock, read_lock
 from kvenv.model.loading import LoadedProfile
 from kvenv.model.profile import HfSource, IndexSource, PathSource, UrlSource
 from kvenv.model.target import TargetEnv
@@ -96,6 +96,9 @@ def artifacts_for(
     for package, wheel in _select(lock, environment, tags, lock_file):
         name = canonicalize_name(package.name)
         where = f"$.packages[{_position(lock, package)}]"
+        if is_native_package(package):  # the native is the profile's: never an overlay wheel
+            _check_native_entry(package, wheel, native, lock_file, where)
+            continue
         if name in protected:
             raise ConflictError(
                 f"the lock pins {package.name!r}, which is protected on the host",
@@ -137,6 +140,24 @@ def artifacts_for(
             continue
         result.append(artifact)
     return result
+
+
+def _check_native_entry(
+    package: Any, wheel: Any, native: Artifact | None, lock_file: str, where: str
+) -> None:
+    """The lock's native package must be the profile's native wheel (name and sha256)."""
+    sha = wheel.hashes.get("sha256") if isinstance(wheel, PackageWheel) else None
+    if (
+        native is None
+        or canonicalize_name(package.name) != canonicalize_name(native.name)
+        or sha != native.sha256
+    ):
+        pinned = f"{native.name} (sha256 {native.sha256})" if native else "no native wheel"
+        raise LockError(
+            f"the lock's native wheel {package.name} is not the profile's: it pins {pinned}",
+            problems=[Problem("differs from the profile's [native]", file=lock_file, path=where)],
+            hint="re-lock with `kvenv lock` after changing the native wheel",
+        )
 
 
 def native_artifact(loaded: LoadedProfile) -> Artifact | None:

@@ -58,7 +58,7 @@ def host(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Host]:
         timer=timer,
         step="0 build kvenv wheel",
     )
-    (kvenv_wheel,) = dist.glob("kvenv-*.whl")
+    (kvenv_wheel,) = dist.glob("kvenv_overlay-*.whl")
     venv = work / "host"
     run(
         [uv, "venv", "--python", base_python(), str(venv)],

@@ -167,7 +167,7 @@ def test_1_fingerprint(host: Host) -> None:
     data = json.loads(snapshot.read_text(encoding="utf-8"))
     assert data["torch"]["version"] == f"{TORCH_VERSION}+cpu", data["torch"]
     names = {d["name"].lower() for d in data["distributions"]}
-    assert "torch" in names and "kvenv" in names
+    assert "torch" in names and "kvenv-overlay" in names
     assert not names & {"torchvision", "torchaudio", "torchcodec", "vllm"}
     # The host as it is before kvenv installs anything: every file, and torch's RECORD.
     State.host_before = tree_state(host.site)

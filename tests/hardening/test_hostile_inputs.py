@@ -177,6 +177,11 @@ def _project(tmp_path: Path) -> Project:
 def _assert_refused(result: CliResult, codes: tuple[int, ...] = (2, 3)) -> None:
     assert result.code in codes, (result.code, result.out, result.err)
     assert "Traceback" not in result.text
+    if result.out.startswith("{"):  # with --json the error is one JSON object on stdout
+        error = json.loads(result.out)
+        assert error["code"] == result.code and error["message"] and result.err == ""
+        assert len(result.out) < 8000, "one clear message, not a dump"
+        return
     assert result.err.startswith("kvenv: error:") or "usage:" in result.err, result.err
     assert len(result.err.strip()) < 4000, "one clear message, not a dump"
 

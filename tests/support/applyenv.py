@@ -121,6 +121,14 @@ def write_project(
             f'path = "{Path("..") / wheel.relative_to(directory)}"\n'
             f'size = {wheel.stat().st_size}\nhashes = {{sha256 = "{sha256_of(wheel)}"}}\n\n'
         )
+    # the native wheel recorded as a package of its own, as `kvenv lock` writes it
+    packages += (
+        f'[[packages]]\nname = "nativepkg"\nversion = "{native_version}"\n'
+        f'[[packages.wheels]]\nname = "{native.name}"\n'
+        f'path = "{Path("..") / native.relative_to(directory)}"\n'
+        f'size = {native.stat().st_size}\nhashes = {{sha256 = "{sha256_of(native)}"}}\n'
+        "[packages.tool.kvenv]\nrequires = []\nnative = true\n\n"
+    )
     lock = (
         f'lock-version = "1.0"\ncreated-by = "tests"\n\n{packages}'
         f'[tool.kvenv]\nschema = 1\nprofile = "{name}"\nprofile-digest = "sha256:tests"\n'

@@ -53,7 +53,14 @@ def test_show_json_of_a_nan_profile_is_refused(
     path = project / "profiles" / "nan.toml"
     path.write_text('schema = 1\nname = "nan"\n[runtime]\ngpu_memory_utilization = nan\n')
     code, out, err = run(capsys, "show", "nan", "--json")
-    assert code == 2 and "NaN" not in out and out == ""
+    assert code == 2 and "NaN" not in out and err == ""
+    error = json.loads(out)  # with --json, the error itself is the JSON on stdout
+    assert error["error"] == "ProfileError"
+    assert [(p["file"], p["path"]) for p in error["problems"]] == [
+        (str(path), "$.runtime.gpu_memory_utilization")
+    ]
+    code, out, err = run(capsys, "show", "nan")
+    assert code == 2 and out == ""
     assert str(path) in err and "$.runtime.gpu_memory_utilization" in err
 
 

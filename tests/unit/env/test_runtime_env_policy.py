@@ -4,6 +4,7 @@ sets itself (PATH, PYTHONPATH, LD_LIBRARY_PATH, KVENV_*) are refused always."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -41,8 +42,11 @@ def test_loader_names_are_refused(tmp_path: Path, name: str) -> None:
     problem = info.value.problems[0]
     assert problem.path == f"$.runtime.env.{name}"
     assert "allow_env" in (problem.fix or "")
-    result = run_cli(["plan", str(path), "--json"])
-    assert result.code == 2 and f"$.runtime.env.{name}" in result.err, result.err
+    result = run_cli(["plan", str(path), "--json"])  # the error is JSON on stdout
+    assert result.code == 2 and result.err == "", result.err
+    error = json.loads(result.out)
+    assert f"$.runtime.env.{name}" in [p["path"] for p in error["problems"]]
+    assert run_cli(["plan", str(path)]).err.count(f"$.runtime.env.{name}") == 1
 
 
 @pytest.mark.parametrize("name", RESERVED)

@@ -90,6 +90,14 @@ def _mutations(doc: dict[str, Any]) -> dict[str, dict[str, Any]]:
     mutate("marker garbled")["packages"][0]["marker"] = "python_version >>> '3'"
     mutate("requires lost")["packages"][0]["tool"]["kvenv"].pop("requires")
     mutate("native sha changed")["tool"]["kvenv"]["native"]["sha256"] = "0" * 64
+    position = next(i for i, p in enumerate(doc["packages"]) if p["name"] == "nativepkg")
+    mutate("native unmarked")["packages"][position]["tool"]["kvenv"].pop("native")
+    mutate("native package's sha changed")["packages"][position]["wheels"][0]["hashes"] = {
+        "sha256": "1" * 64
+    }
+    mutate("native package's version changed")["packages"][position]["version"] = "1.0.0"
+    mutate("native package's size changed")["packages"][position]["wheels"][0]["size"] = 1
+    mutate("a second native")["packages"][0]["tool"]["kvenv"]["native"] = True
     mutate("wheel for another platform")["packages"][1]["wheels"][0]["name"] = (
         "beta-2.1.0-cp312-cp312-win_amd64.whl"
     )
@@ -103,7 +111,7 @@ def test_each_single_mutation_is_rejected(
     doc = tomllib.loads(path.read_text())
     assert run_check(loaded, doc, tmp_path)
     names = [p["name"] for p in doc["packages"]]
-    assert names == ["alpha", "beta", "delta", "six"]
+    assert names == ["alpha", "beta", "delta", "nativepkg", "six"]
     for label, mutated in _mutations(doc).items():
         assert not run_check(loaded, mutated, tmp_path), label
 
@@ -163,7 +171,8 @@ def test_read_lock_api(locked: tuple[LoadedProfile, Path]) -> None:
     lock = read_lock(path)
     assert lock.kvenv.profile == "testbox"
     assert lock.kvenv.native.requires == ["torch==2.10.0", "alpha>=1.0"]
-    assert [p.name for p in lock.pylock.packages] == ["alpha", "beta", "delta", "six"]
+    assert [p.name for p in lock.pylock.packages] == ["alpha", "beta", "delta", "nativepkg", "six"]
+    assert [bool(t and t.native) for t in lock.package_tools] == [False] * 3 + [True, False]
     assert lock.package_tools[1] is not None and lock.package_tools[1].extras == ["fast"]
 
 

@@ -39,8 +39,13 @@ def lock_doc(loaded: LoadedProfile, options: LockOptions) -> dict[str, Any]:
     return tomllib.loads(result.text)
 
 
+def is_native(package: dict[str, Any]) -> bool:
+    return bool(package.get("tool", {}).get("kvenv", {}).get("native"))
+
+
 def versions(doc: dict[str, Any]) -> dict[str, str]:
-    return {p["name"]: p["version"] for p in doc["packages"]}
+    """The overlay's packages (the native wheel, recorded beside them, left out)."""
+    return {p["name"]: p["version"] for p in doc["packages"] if not is_native(p)}
 
 
 def test_locks_the_closure_for_the_target(tmp_path: Path) -> None:
@@ -62,6 +67,12 @@ def test_locks_the_closure_for_the_target(tmp_path: Path) -> None:
     assert "torch" not in versions(doc)
     tool = doc["tool"]["kvenv"]
     assert tool["native"]["requires"] == ["torch==2.10.0", "alpha>=1.0"]
+    (native,) = [p for p in doc["packages"] if is_native(p)]  # recorded as a package of its own
+    assert (native["name"], native["version"]) == ("nativepkg", "1.0.0+cu128")
+    assert native["wheels"][0]["hashes"]["sha256"] == tool["native"]["sha256"]
+    assert native["wheels"][0]["path"] == "../wheels/" + native["wheels"][0]["name"]
+    assert native["wheels"][0]["name"].startswith("nativepkg-1.0.0+cu128-")
+    assert native["tool"]["kvenv"]["requires"] == ["torch==2.10.0", "alpha>=1.0"]
     assert tool["native"]["requires-from"] == "wheel"
     assert doc["environments"] and doc["requires-python"] == "==3.12.*"
 
@@ -201,7 +212,7 @@ def test_loopback_index_variants(
         )
         doc = lock_doc(loaded, options)
     assert versions(doc) == expected
-    for package in doc["packages"]:
+    for package in [p for p in doc["packages"] if not is_native(p)]:
         wheel = package["wheels"][0]
         assert wheel["url"].startswith(url.replace("/simple/", "/files/"))
         local = house / wheel["name"]

@@ -74,8 +74,10 @@ def test_portable_lock_names_no_index_and_is_a_valid_pylock(
     Pylock.from_dict(doc).validate()
     assert doc["tool"]["kvenv"]["portable"] is True
     assert "127.0.0.1" not in text and "url =" not in text and "index =" not in text
-    assert {p["name"] for p in doc["packages"]} == {"alpha", "beta", "delta", "six"}
-    for package in doc["packages"]:
+    assert {p["name"] for p in doc["packages"]} == {"alpha", "beta", "delta", "nativepkg", "six"}
+    (native,) = [p for p in doc["packages"] if p["tool"]["kvenv"].get("native")]
+    assert native["wheels"][0]["path"] == f"../wheels/{native['wheels'][0]['name']}"
+    for package in [p for p in doc["packages"] if p is not native]:
         wheel = package["wheels"][0]
         assert "index" not in package and "url" not in wheel
         assert wheel["path"] == f"../wheels/{wheel['name']}"
@@ -86,7 +88,9 @@ def test_portable_lock_names_no_index_and_is_a_valid_pylock(
     local = write_project(project.base_dir.parent / "q", distributions=[HOST_TORCH])
     options = LockOptions(index=IndexConfig(find_links=(str(house),), no_index=True))
     paths = {
-        p["wheels"][0]["path"] for p in tomllib.loads(lock_profile(local, options).text)["packages"]
+        p["wheels"][0]["path"]
+        for p in tomllib.loads(lock_profile(local, options).text)["packages"]
+        if not p["tool"]["kvenv"].get("native")
     }
     assert all(path.startswith("../../house/") for path in paths)
 

@@ -72,7 +72,8 @@ CASES: dict[str, tuple[Callable[[Project], None], str, str]] = {
         f"{WHEEL}.path",
         "leaves the project directory",
     ),
-    "duplicate": (_duplicate, "$.packages[1].name", "listed twice"),
+    # the lock lists helper and the native (nativepkg): helper's copy is $.packages[2]
+    "duplicate": (_duplicate, "$.packages[2].name", "listed twice"),
 }
 
 

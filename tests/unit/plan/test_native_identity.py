@@ -72,7 +72,9 @@ def test_metadata_mismatch_is_refused_after_fetching(tmp_path: Path) -> None:
     renamed = project.native  # the same file name, an impostor's bytes
     renamed.write_bytes(impostor.read_bytes())
     _sub(project.profile_path, old_sha, sha256_of(renamed))
-    _sub(project.lock_path, old_sha, sha256_of(renamed))
+    lock = project.lock_path  # both: [tool.kvenv.native] and the native's own package entry
+    lock.write_text(lock.read_text().replace(old_sha, sha256_of(renamed)))
+    _sub(lock, f"size = {old_size}", f"size = {renamed.stat().st_size}")
     _sub(project.profile_path, f"size = {old_size}", f"size = {renamed.stat().st_size}")
     artifact = native_artifact(project.loaded())
     assert artifact is not None
