@@ -1,8 +1,9 @@
 """Host commands: ``fingerprint``, ``init``, ``doctor``, ``verify-gpus``, ``verify-wheel`` and
 ``stage-wheel``.
 
-Exit codes: 0 ok / compatible / PASS; 1 doctor incompatible or verify-gpus FAIL; 2 bad input
-(unreadable profile or snapshot, malformed or mismatched sha256, a non-empty staging target).
+Exit codes: 0 ok / compatible / PASS; 1 doctor incompatible, verify-gpus FAIL, verify-wheel
+unsound or not the ``--sha256`` given; 2 bad input (unreadable profile or snapshot, a malformed
+sha256, a mismatched sha256 for stage-wheel, a non-empty staging target).
 Nothing heavy at module level: probes and installers are imported by the command that runs.
 """
 
@@ -23,6 +24,7 @@ if TYPE_CHECKING:
     from kvenv.model.loading import LoadedProfile
     from kvenv.model.snapshot import HostSnapshot
     from kvenv.probe.doctor import DoctorReport
+    from kvenv.probe.drift import DriftContext
 
 _LABEL = {"pass": "PASS", "warning": "WARN", "error": "ERROR", "untested": "UNTESTED"}
 
@@ -47,6 +49,7 @@ def register(sub: Any) -> None:
         help="also import torch (in a child process) for CUDA availability, devices and NCCL",
     )
     p.add_argument("--python", metavar="EXE", help="probe this interpreter instead of kvenv's")
+    _listing_args(p)
     p.set_defaults(func=cmd_fingerprint)
 
     p = sub.add_parser("init", help="write a starter profile profiles/NAME.toml (never overwrites)")
@@ -84,7 +87,7 @@ def register(sub: Any) -> None:
 
     p = sub.add_parser("verify-wheel", help="check a wheel's contents; print its sha256")
     p.add_argument("path", metavar="PATH", help="the .whl file")
-    p.add_argument("--sha256", metavar="H", help="expected digest (exit 2 on a mismatch)")
+    p.add_argument("--sha256", metavar="H", help="expected digest (exit 1 on a mismatch)")
     p.add_argument("--json", action="store_true", help="machine-readable result")
     p.set_defaults(func=cmd_verify_wheel)
 
@@ -96,6 +99,86 @@ def register(sub: Any) -> None:
 
 
 # fingerprint ---------------------------------------------------------------------------------
+
+
+class _Layer(argparse.Action):
+    """``--from-freeze``/``--reinstall-from``: (reinstall?, FILE) in command-line order."""
+
+    def __call__(
+        self, parser: Any, namespace: argparse.Namespace, values: Any, option: Any = None
+    ) -> None:
+        layers = list(getattr(namespace, self.dest, None) or [])
+        layers.append((option == "--reinstall-from", str(values)))
+        setattr(namespace, self.dest, layers)
+
+
+def _listing_args(p: argparse.ArgumentParser) -> None:
+    g = p.add_argument_group(
+        "a host kvenv cannot run on (docs/hosts.md)",
+        "--from-freeze writes a snapshot from package listings instead of probing",
+    )
+    g.add_argument(
+        "--from-freeze",
+        action=_Layer,
+        dest="layers",
+        metavar="FILE",
+        help="`pip freeze` output or a requirements file; repeat to layer lists installed "
+        "over a base, in order",
+    )
+    g.add_argument(
+        "--reinstall-from",
+        action=_Layer,
+        dest="layers",
+        metavar="FILE",
+        help="a list installed over the ones before with --force-reinstall (its ranges make "
+        "the version unknown)",
+    )
+    g.add_argument("--uninstall", action="append", metavar="NAME", help="removed after the lists")
+    g.add_argument("--measured", metavar="SNAPSHOT", help="facts measured on the host; they win")
+    g.add_argument("--python-version", metavar="X.Y.Z", help="the host's Python, e.g. 3.12.13")
+    g.add_argument("--os", metavar="OS", help="linux (default), darwin or windows")
+    g.add_argument("--machine", metavar="ARCH", help="x86_64 (default), aarch64, ...")
+    g.add_argument("--glibc", metavar="X.Y", help="the host's glibc, e.g. 2.35")
+    g.add_argument("--kernel", metavar="RELEASE", help="the host's kernel release")
+    g.add_argument("--cuda", metavar="X.Y[.Z]", help="the CUDA toolkit, e.g. 12.8.93")
+    g.add_argument("--driver", metavar="VERSION", help="the NVIDIA driver, e.g. 580.159.04")
+    g.add_argument("--driver-cuda", metavar="X.Y", help="the newest CUDA the driver supports")
+    g.add_argument("--nccl", metavar="VERSION", help="torch's NCCL, e.g. 2.27.5")
+    g.add_argument(
+        "--gpu",
+        action="append",
+        metavar="NAME[,SM[,MIB]]",
+        help="one visible GPU, e.g. 'Tesla T4,7.5,15360'; repeat per GPU",
+    )
+    g.add_argument("--kaggle", action="store_true", default=None, help="the host is Kaggle")
+    g.add_argument("--taken-at", metavar="DATE", help="when the listing was taken")
+    g.add_argument("--note", action="append", metavar="TEXT", help="a note kept in the snapshot")
+    d = p.add_argument_group("differences")
+    d.add_argument(
+        "--diff",
+        metavar="SNAPSHOT",
+        help="print how this host (or --host) differs from SNAPSHOT; exit 1 when it does",
+    )
+    d.add_argument("--host", metavar="SNAPSHOT", help="with --diff: compare this snapshot")
+
+
+_ONLY_WITH_FREEZE = (
+    "uninstall",
+    "measured",
+    "python_version",
+    "os",
+    "machine",
+    "glibc",
+    "kernel",
+    "cuda",
+    "driver",
+    "driver_cuda",
+    "nccl",
+    "gpu",
+    "kaggle",
+    "taken_at",
+    "note",
+)
 
 
 def _or_missing(value: object) -> str:
@@ -148,11 +231,84 @@ def _describe_snapshot(snap: HostSnapshot) -> None:
         out(f"note: {note}")
 
 
-def cmd_fingerprint(args: argparse.Namespace) -> int:
-    from kvenv.model.snapshot import snapshot_to_dict, write_snapshot
-    from kvenv.probe.host import take_snapshot
+def _read_listing(path: str) -> str:
+    from kvenv.errors import InputError
 
-    snap = take_snapshot(import_torch=args.import_torch, python=args.python)
+    try:
+        return Path(path).read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise InputError(f"package listing not found: {path}") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise InputError(f"cannot read the package listing {path}: {exc}") from None
+
+
+def _from_listing(args: argparse.Namespace) -> HostSnapshot:
+    import attrs
+
+    from kvenv.errors import UsageError
+    from kvenv.model.snapshot import read_snapshot
+    from kvenv.probe import freeze
+
+    measured = read_snapshot(Path(args.measured)) if args.measured else None
+    facts = freeze.HostFacts(
+        python_version=args.python_version,
+        os=args.os,
+        machine=args.machine,
+        glibc=args.glibc,
+        kernel=args.kernel,
+        cuda=args.cuda,
+        driver=args.driver,
+        driver_cuda=args.driver_cuda,
+        nccl=args.nccl,
+        gpus=tuple(freeze.parse_gpu(g, i) for i, g in enumerate(args.gpu or ())),
+        is_kaggle=args.kaggle,
+        taken_at=args.taken_at,
+        notes=tuple(args.note or ()),
+    )
+    version = args.python_version or (measured.python.version if measured else None)
+    env = None
+    if version is not None:
+        mp = measured.platform if measured else None
+        env = freeze.marker_environment(
+            version,
+            args.os or (mp.os if mp else "linux"),
+            args.machine or (mp.machine if mp else "x86_64"),
+        )
+    listings = [
+        attrs.evolve(
+            freeze.parse_listing(_read_listing(f), file=Path(f).name, marker_env=env),
+            reinstall=reinstall,
+        )
+        for reinstall, f in args.layers
+    ]
+    if listings[0].reinstall:
+        raise UsageError("the first listing is the base: give it with --from-freeze")
+    dists, notes = freeze.layer_listings(listings, uninstall=args.uninstall or ())
+    sources = [Path(f).name for _, f in args.layers]
+    return freeze.snapshot_from_listing(
+        dists, facts, sources=sources, measured=measured, notes=notes
+    )
+
+
+def cmd_fingerprint(args: argparse.Namespace) -> int:
+    from kvenv.errors import UsageError
+    from kvenv.model.snapshot import snapshot_to_dict, write_snapshot
+
+    if args.diff:
+        return _diff(args)
+    if args.host:
+        raise UsageError("--host is only meaningful with --diff")
+    if args.layers:
+        if args.python or args.import_torch:
+            raise UsageError("--python and --import-torch probe a host; --from-freeze does not")
+        snap = _from_listing(args)
+    else:
+        given = [f"--{n.replace('_', '-')}" for n in _ONLY_WITH_FREEZE if getattr(args, n)]
+        if given:
+            raise UsageError(f"{', '.join(given)}: only meaningful with --from-freeze")
+        from kvenv.probe.host import take_snapshot
+
+        snap = take_snapshot(import_torch=args.import_torch, python=args.python)
     if args.save:
         write_snapshot(Path(args.save), snap)
     if args.json:
@@ -162,6 +318,46 @@ def cmd_fingerprint(args: argparse.Namespace) -> int:
     if args.save:
         err(f"saved: {args.save}")
     return EXIT_OK
+
+
+def _diff(args: argparse.Namespace) -> int:
+    from kvenv.model.snapshot import read_snapshot
+    from kvenv.probe.drift import host_changes
+
+    if args.layers or args.save:
+        from kvenv.errors import UsageError
+
+        raise UsageError("--diff compares snapshots; it writes none (drop --from-freeze/--save)")
+    recorded = read_snapshot(Path(args.diff))
+    live, source = _load_host(args.host, import_torch=args.import_torch, python=args.python)
+    changes = host_changes(recorded, live)
+    if args.json:
+        emit_json(
+            {
+                "snapshot": args.diff,
+                "host": source,
+                "same": not changes,
+                "changes": [c.to_json() for c in changes],
+            }
+        )
+        return EXIT_CHECK_FAILED if changes else EXIT_OK
+    out(f"{source} against {args.diff}:")
+    facts = [c for c in changes if c.kind != "package"]
+    for change in facts:
+        out(f"  {change.describe()}")
+    packages = [c for c in changes if c.kind == "package"]
+    if packages:
+        added = sum(1 for c in packages if c.recorded is None)
+        removed = sum(1 for c in packages if c.live is None)
+        out(
+            f"  distributions: {len(packages) - added - removed} changed, {added} added, "
+            f"{removed} removed"
+        )
+        for change in packages:
+            out(f"    {change.describe()}")
+    if not changes:
+        out("  no differences (versions unknown on either side are not differences)")
+    return EXIT_CHECK_FAILED if changes else EXIT_OK
 
 
 # init ----------------------------------------------------------------------------------------
@@ -244,6 +440,20 @@ def _print_report(report: DoctorReport, loaded: LoadedProfile, notes: list[str])
         out(f"NOT COMPATIBLE: {errors} error(s) against profile {report.profile}{hint}")
 
 
+def _drift_context(loaded: LoadedProfile) -> DriftContext:
+    """What host drift is judged against: the profile and its lock (without the lock when it
+    cannot be read: plan and lock --check report that)."""
+    from kvenv.errors import KvenvError
+    from kvenv.lock.input import profile_lock
+    from kvenv.plan.make import drift_context
+
+    try:
+        lock = profile_lock(loaded)
+    except KvenvError:
+        lock = None
+    return drift_context(loaded, lock.lockfile if lock else None)
+
+
 def cmd_doctor(args: argparse.Namespace) -> int:
     from kvenv.env.applied import applied_state
     from kvenv.model.loading import load_profile, recorded_host
@@ -271,6 +481,7 @@ def cmd_doctor(args: argparse.Namespace) -> int:
         overlay=applied.overlay,
         overlay_note=applied.note,
         evaluate=_evaluator(loaded),
+        drift=_drift_context(loaded),
     )
     if applied.findings:
         import attrs
@@ -278,6 +489,7 @@ def cmd_doctor(args: argparse.Namespace) -> int:
         report = attrs.evolve(
             report, dependencies=(*(report.dependencies or ()), *applied.findings)
         )
+    report = _complete_fixes(report, args)
     notes = [recorded.missing] if recorded.missing else []
     notes += [f"snapshot: {n}" for n in host.notes] if args.host is None else []
     if args.json:
@@ -290,6 +502,19 @@ def cmd_doctor(args: argparse.Namespace) -> int:
 
 
 # verify-gpus ---------------------------------------------------------------------------------
+
+
+def _complete_fixes(report: DoctorReport, args: argparse.Namespace) -> DoctorReport:
+    """The report with every fix's ``{kvenv VERB}`` written as the command to run."""
+    import attrs
+
+    from kvenv.cli.hints import fill_fixes
+
+    def complete(findings: Any) -> Any:
+        return tuple(attrs.evolve(f, fix=fill_fixes(args, f.fix)) if f.fix else f for f in findings)
+
+    dependencies = complete(report.dependencies) if report.dependencies is not None else None
+    return attrs.evolve(report, findings=complete(report.findings), dependencies=dependencies)
 
 
 def cmd_verify_gpus(args: argparse.Namespace) -> int:
@@ -357,13 +582,17 @@ def cmd_verify_gpus(args: argparse.Namespace) -> int:
 
 def cmd_verify_wheel(args: argparse.Namespace) -> int:
     from kvenv.env.stage import verify_wheel
+    from kvenv.errors import CheckFailed, IntegrityError
 
-    check = verify_wheel(Path(args.path), args.sha256)
+    try:
+        check = verify_wheel(Path(args.path), args.sha256)
+    except IntegrityError as error:  # the --sha256 check ran and failed: exit 1, as documented
+        raise CheckFailed(error.message, problems=error.problems, hint=error.hint) from None
     if args.json:
         emit_json(check.to_json())
         return EXIT_OK if check.ok else EXIT_CHECK_FAILED
     if not check.ok:
-        from kvenv.errors import CheckFailed, Problem
+        from kvenv.errors import Problem
 
         raise CheckFailed(
             f"not a sound wheel: {check.path}: {len(check.problems)} problem(s)",

@@ -27,6 +27,7 @@ from kvenv.probe.checks import Finding, check_host
 
 if TYPE_CHECKING:
     from kvenv.lock.pylock import LockFile
+    from kvenv.probe.drift import DriftContext
 
 
 class Applied(Protocol):
@@ -264,6 +265,43 @@ def lock_findings(
     return out
 
 
+def drift_context(loaded: LoadedProfile, lockfile: LockFile | None) -> DriftContext:
+    """What host drift is judged against (:mod:`kvenv.probe.drift`): the profile's target and
+    snapshot, and the requirements its lock leaves to the host (those of the native wheel and
+    of every locked package that no locked package provides, markers for the target)."""
+    from kvenv.model.target import TargetEnv
+    from kvenv.probe.drift import DriftContext, reliances_of
+
+    profile = loaded.profile
+    target = profile.target
+    snapshot = profile.host.snapshot or f"profiles/{profile.name}.host.json"
+    protected = frozenset(canonicalize_name(n) for n in profile.host.protected)
+    base = DriftContext(
+        profile=profile.name,
+        snapshot=snapshot,
+        protected=protected,
+        driver_min=target.driver_min if target else None,
+        glibc=target.glibc if target else None,
+    )
+    if lockfile is None or target is None:
+        return base
+    locked = frozenset(canonicalize_name(p.name) for p in lockfile.pylock.packages)
+    native = lockfile.kvenv.native
+    owners: list[tuple[str, Sequence[str], frozenset[str]]] = [
+        (f"{native.name} {native.version}", native.requires, frozenset())
+    ]
+    for package, tool in zip(lockfile.pylock.packages, lockfile.package_tools, strict=True):
+        if tool is not None:
+            owners.append(
+                (f"{package.name} {package.version}", tool.requires, frozenset(tool.extras))
+            )
+    env = TargetEnv.from_profile_target(target, file=str(loaded.path))
+    provided = locked | {canonicalize_name(native.name)}
+    return attrs.evolve(
+        base, locked=locked, reliances=tuple(reliances_of(owners, provided, env.evaluate))
+    )
+
+
 def make_plan(
     loaded: LoadedProfile,
     lock: LockInput | None,
@@ -289,6 +327,11 @@ def make_plan(
         findings.append(tag)
     if lock is not None:
         findings.extend(lock_findings(loaded, lock.lockfile, recorded, strict=strict))
+    if recorded is not None and profile.target is not None:
+        from kvenv.probe.drift import drift_findings
+
+        context = drift_context(loaded, lock.lockfile if lock else None)
+        findings += [_finding(f) for f in drift_findings(recorded, host, context, strict=strict)]
     compatible = not any(f.status == "error" for f in findings)
     lock_digest = lock.digest if lock else None
     up_to_date = current is not None and current.matches(

@@ -30,6 +30,7 @@ from packaging.version import InvalidVersion, Version
 from kvenv.model.profile import Profile
 from kvenv.model.snapshot import Distribution, HostSnapshot
 from kvenv.probe.checks import Finding, Status, check_host
+from kvenv.probe.drift import DriftContext, drift_findings
 
 REPORT_SCHEMA = 1
 STATUSES: tuple[Status, ...] = ("pass", "warning", "error", "untested")
@@ -143,7 +144,8 @@ def check_installed(
                     name,
                     "error",
                     f"{name} {version} is missing from the {layer} directory",
-                    fix="re-run `kvenv apply` (or `kvenv verify` to list every damaged file)",
+                    fix="rebuild it: `{kvenv apply --repair}` (`{kvenv verify}` lists every "
+                    "damaged file)",
                     **common,
                 )
             )
@@ -153,7 +155,7 @@ def check_installed(
                     name,
                     "error",
                     f"{name} has malformed version metadata ({have.note})",
-                    fix="re-run `kvenv apply`",
+                    fix="rebuild it: `{kvenv apply --repair}`",
                     **common,
                 )
             )
@@ -164,7 +166,7 @@ def check_installed(
                     "error" if strict else "warning",
                     f"{name} {have.version} differs from the applied {version}",
                     installed_version=have.version,
-                    fix="something changed the overlay; re-run `kvenv apply`",
+                    fix="something changed the overlay; rebuild it: `{kvenv apply --repair}`",
                     **common,
                 )
             )
@@ -210,7 +212,7 @@ def check_requirements(
                     f"{req.name}{spec or ''} is required by the native wheel and not installed",
                     "native requirement",
                     specifier=spec,
-                    fix="re-lock (`kvenv lock`) and re-apply, or waive it in the profile",
+                    fix="re-lock (`{kvenv lock}`) and re-apply, or waive it in the profile",
                 )
             )
             continue
@@ -261,7 +263,7 @@ def check_requirements(
                     source,
                     installed_version=dist.version,
                     specifier=spec,
-                    fix="re-lock (`kvenv lock`) and re-apply",
+                    fix="re-lock (`{kvenv lock}`) and re-apply",
                 )
             )
     return out
@@ -290,10 +292,15 @@ def diagnose(
     overlay: InstalledOverlay | None = None,
     overlay_note: str = "no overlay applied",
     evaluate: Callable[[Marker | None], bool] | None = None,
+    drift: DriftContext | None = None,
 ) -> DoctorReport:
     """The whole doctor report. ``evaluate`` decides which native requirements apply (the
-    profile's target markers); without it the native requirements are not checked."""
+    profile's target markers); without it the native requirements are not checked. With
+    ``drift`` and ``recorded``, how the host differs from the recorded snapshot is judged too
+    (:mod:`kvenv.probe.drift`)."""
     findings = check_host(profile, host, strict=strict, recorded=recorded)
+    if drift is not None and recorded is not None and profile.target is not None:
+        findings += drift_findings(recorded, host, drift, strict=strict)
     dependencies: list[DependencyFinding] | None = None
     if overlay is not None:
         dependencies = check_installed(overlay.expected, overlay.installed, strict=strict)

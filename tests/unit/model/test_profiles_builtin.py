@@ -69,7 +69,9 @@ def test_builtin_host_snapshot_records_what_is_known(elsewhere: Path) -> None:
     assert snapshot.python.version == "3.12.13"
     assert [g.compute_capability for g in snapshot.gpus] == ["7.5", "7.5"]
     numpy = snapshot.find("numpy")
-    assert numpy is not None and numpy.version is None  # present, version never recorded
+    assert numpy is not None and numpy.version == "2.0.2"  # from the base image's pip freeze
+    blake3 = snapshot.find("blake3")  # relied on by the reference system, in no listing
+    assert blake3 is not None and blake3.version is None  # present, version never recorded
 
 
 def test_wheel_ships_profiles_locks_and_schemas(tmp_path: Path) -> None:
@@ -80,7 +82,7 @@ def test_wheel_ships_profiles_locks_and_schemas(tmp_path: Path) -> None:
         check=True,
         capture_output=True,
     )
-    (wheel,) = out.glob("kvenv-*.whl")
+    (wheel,) = out.glob("kvenv_overlay-*.whl")  # the distribution kvenv-overlay
     with zipfile.ZipFile(wheel) as archive:
         names = set(archive.namelist())
         archive.extractall(tmp_path / "site")

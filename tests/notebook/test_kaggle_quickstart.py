@@ -1,0 +1,211 @@
+"""docs/notebooks/kaggle-quickstart.ipynb, executed unchanged by a real Jupyter kernel (nbclient +
+ipykernel) against a ``demo`` profile, every cell's output checked.
+
+The kernel runs inside a network namespace (``unshare -rn``; its sockets to nbclient are Unix
+sockets, ``transport="ipc"``), so nothing in the notebook can reach the network: the online
+install takes the demo's wheels from the project (a path native and the lock's wheelhouse), the
+offline part applies from the bundle attached as Kaggle attaches a dataset
+(``<input>/kvenv-bundle/``, ``<input>`` a read-only bind mount in the kernel's mount namespace)
+into a fresh root and cache. The ``demo`` profile is the built-in
+one's shape (a pure-Python native wheel, markdown-it-py 3.0.0, and its one-package overlay,
+mdurl 0.1.2), built here because the built-in one downloads its bytes from the package index.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.support.paths import REPO
+from tests.support.wheels import build_wheel
+
+nbformat = pytest.importorskip("nbformat")
+nbclient = pytest.importorskip("nbclient")
+pytest.importorskip("ipykernel")
+
+NOTEBOOK = REPO / "docs" / "notebooks" / "kaggle-quickstart.ipynb"
+KVENV = str(Path(sys.executable).parent / "kvenv")
+
+
+def _netns_works() -> bool:
+    if shutil.which("unshare") is None:
+        return False
+    done = subprocess.run(["unshare", "-rnm", "true"], capture_output=True)
+    return done.returncode == 0
+
+
+pytestmark = pytest.mark.skipif(
+    not _netns_works(), reason="needs `unshare -rn` (a user and network namespace)"
+)
+
+
+def _demo_project(base: Path) -> Path:
+    """profiles/demo.toml (markdown-it-py from a path, overlay mdurl) and its kvenv lock."""
+    project = base / "project"
+    wheels = project / "wheels"
+    native = build_wheel(
+        wheels,
+        "markdown-it-py",
+        "3.0.0",
+        requires=["mdurl~=0.1"],
+        files={"markdown_it/__init__.py": "__version__ = '3.0.0'\n"},
+    )
+    build_wheel(wheels, "mdurl", "0.1.2", files={"mdurl/__init__.py": "__version__ = '0.1.2'\n"})
+    digest = hashlib.sha256(native.read_bytes()).hexdigest()
+    (project / "profiles").mkdir(parents=True)
+    (project / "profiles" / "demo.toml").write_text(
+        "schema = 1\n"
+        'name = "demo"\n'
+        'description = "the notebook test\'s demo: markdown-it-py + mdurl, built locally"\n'
+        "[target]\n"
+        'python = "3.10"\nimplementation = "cpython"\nabi = "none"\n'
+        "[native]\n"
+        'name = "markdown-it-py"\nversion = "3.0.0"\n'
+        f'sha256 = "{digest}"\nsize = {native.stat().st_size}\n'
+        "[native.source]\n"
+        f'kind = "path"\npath = "wheels/{native.name}"\n'
+        "[overlay]\n"
+        'lock = "locks/pylock.demo.toml"\n'
+    )
+    done = subprocess.run(
+        [KVENV, "lock", "demo", "--no-index", "--find-links", str(wheels)],
+        cwd=project,
+        capture_output=True,
+        text=True,
+        env=_clean_env(base),
+    )
+    assert done.returncode == 0, done.stderr
+    return project
+
+
+def _clean_env(base: Path) -> dict[str, str]:
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith(("KVENV_", "PIP_", "UV_")) and k not in ("VIRTUAL_ENV",)
+    }
+    env["HOME"] = str(base / "home")
+    env["XDG_CACHE_HOME"] = str(base / "home" / ".cache")
+    env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"
+    return env
+
+
+@pytest.fixture
+def executed(tmp_path: Path) -> Iterator[tuple[Any, Path, Path]]:
+    from jupyter_client.kernelspec import KernelSpecManager
+    from jupyter_client.manager import KernelManager
+
+    project = _demo_project(tmp_path)
+    work, inputs = tmp_path / "working", tmp_path / "input"
+    work.mkdir()
+    inputs.mkdir()
+    kernels = tmp_path / "kernels"
+    (kernels / "netns").mkdir(parents=True)
+    # the connected machine's step: the bundle, attached as a dataset (Kaggle mounts it read-only)
+    made = subprocess.run(
+        [
+            KVENV,
+            "bundle",
+            "demo",
+            "-o",
+            str(inputs / "kvenv-bundle"),
+            "--cache",
+            str(tmp_path / "c"),
+        ],
+        cwd=project,
+        capture_output=True,
+        text=True,
+        env=_clean_env(tmp_path),
+    )
+    assert made.returncode == 0, made.stderr
+    # the kernel: no network (its own network namespace) and <input> a read-only mount
+    mount = 'mount --bind "$0" "$0" && mount -o remount,bind,ro "$0" && exec "$@"'
+    argv = ["unshare", "-rnm", "sh", "-c", mount, str(inputs), sys.executable, "-m"]
+    argv += ["ipykernel_launcher", "-f", "{connection_file}"]
+    (kernels / "netns" / "kernel.json").write_text(
+        json.dumps({"argv": argv, "display_name": "netns", "language": "python"})
+    )
+    env = _clean_env(tmp_path)
+    env.update(KVENV_NB_PROFILE="demo", KVENV_NB_WORK=str(work), KVENV_NB_INPUT=str(inputs))
+    manager = KernelManager(
+        kernel_name="netns",
+        kernel_spec_manager=KernelSpecManager(kernel_dirs=[str(kernels)]),
+        transport="ipc",
+        ip=str(tmp_path / "kernel-ipc"),
+    )
+    notebook = nbformat.read(NOTEBOOK, as_version=4)
+    client = nbclient.NotebookClient(
+        notebook,
+        km=manager,
+        timeout=120,
+        resources={"metadata": {"path": str(project)}},
+    )
+    old = os.environ.copy()
+    os.environ.clear()
+    os.environ.update(env)  # the kernel's environment is the launcher's
+    try:
+        client.execute(cwd=str(project))
+    finally:
+        os.environ.clear()
+        os.environ.update(old)
+    yield notebook, work, inputs
+
+
+def _text(cell: Any) -> str:
+    out = []
+    for output in cell.get("outputs", []):
+        assert output["output_type"] != "error", "".join(output.get("traceback", []))
+        if output["output_type"] == "stream":
+            out.append(output["text"])
+        elif "data" in output:
+            out.append(output["data"].get("text/plain", ""))
+    return "".join(out).replace("\r\n", "\n")
+
+
+def test_the_quickstart_notebook_runs_online_then_offline(
+    executed: tuple[Any, Path, Path],
+) -> None:
+    notebook, work, inputs = executed
+    code = [c for c in notebook.cells if c.cell_type == "code"]
+    texts = [_text(c) for c in code]
+    assert len(texts) == 11
+    setup, install, plan, apply, imports, runtime, bundle, dataset, net, offline, check = texts
+    assert setup == f"profile demo; runtime root {work / 'kvenv'}\n"
+    assert install.startswith("kvenv ")
+    assert "profile: demo" in plan and "compatible: yes" in plan
+    assert "[todo] install-overlay: 1 wheel into the overlay dir" in plan
+    assert "applied demo: generation " in apply and f"manifest: {work / 'kvenv'}" in apply
+    assert imports == "markdown_it 3.0.0 from the runtime root\nmdurl 0.1.2 from the runtime root\n"
+    assert runtime.startswith("runtime skipped: the demo profile has no model runtime")
+    assert f"bundle for demo written to {work / 'kvenv-bundle'}" in bundle
+    assert "2 wheel(s)" in bundle
+    dataset_dir = inputs / "kvenv-bundle"
+    first, listing = dataset.splitlines()
+    assert first == f"{dataset_dir} read-only: True"
+    assert "SHA256SUMS" in listing
+    assert net.splitlines() == [
+        "network: unavailable",
+        f"offline runtime root {work / 'kvenv-offline'}",
+    ]
+    assert "applied demo: generation " in offline
+    assert f"manifest: {work / 'kvenv-offline'}/generations/" in offline
+    assert check == "offline runtime: True\ndataset still read-only: True\n"
+    manifests = list((work / "kvenv-offline").glob("generations/*/manifest.json"))
+    assert len(manifests) == 1
+
+    # the bundle the notebook made is the one attached
+    def sums(bundle: Path) -> list[str]:  # bundle.json records when it was made
+        lines = (bundle / "SHA256SUMS").read_text().splitlines()
+        return [line for line in lines if not line.endswith(" bundle.json")]
+
+    assert len(sums(dataset_dir)) >= 4
+    assert sums(work / "kvenv-bundle") == sums(dataset_dir)
