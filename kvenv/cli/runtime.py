@@ -103,6 +103,12 @@ def register(sub: Any) -> None:
     serve.add_argument(
         "--no-gpu-check", action="store_true", help="skip checking TP against the visible GPUs"
     )
+    serve.add_argument(
+        "--ray",
+        metavar="ADDR",
+        help="run on the Ray cluster at ADDR (vLLM's Ray executor): first check that every node "
+        "runs this machine's generation and TP × PP fits the cluster's GPUs (needs the ray extra)",
+    )
     serve.add_argument("--dry-run", action="store_true", help="print the command, start nothing")
     serve.add_argument("--json", action="store_true", help="with --dry-run: print JSON")
     serve.set_defaults(func=run_serve, extra=[])
@@ -230,8 +236,12 @@ def run_serve(args: argparse.Namespace) -> int:
         extra_args=tuple(args.extra),
         executable=(args.vllm,),
     )
+    gpu_check = not args.no_gpu_check
+    if args.ray:
+        config = _on_ray(config, args.ray, gpu_check)
+        gpu_check = False  # checked against the whole cluster instead
     if args.dry_run:
-        validate(config, validate_gpus=not args.no_gpu_check)
+        validate(config, validate_gpus=gpu_check)
         if args.json:
             emit_json(
                 {
@@ -251,7 +261,7 @@ def run_serve(args: argparse.Namespace) -> int:
         wait=args.wait,
         timeout=args.timeout,
         log=log,
-        validate_gpus=not args.no_gpu_check,
+        validate_gpus=gpu_check,
         echo=not args.wait,
     )
     if args.wait:
@@ -266,3 +276,20 @@ def run_serve(args: argparse.Namespace) -> int:
         err(f"kvenv: server stopped ({status})")
         return EXIT_INTERRUPTED
     return code
+
+
+def _on_ray(config: Any, address: str, gpu_check: bool) -> Any:
+    """``--ray ADDR``: check the cluster (every node on this machine's generation; TP × PP
+    against the cluster's GPUs), then give ``vllm serve`` Ray's executor, the address and the
+    job's ``runtime_env`` (which activates each node's generation in every Ray worker)."""
+    import attrs
+
+    from kvenv.cluster.workers import job_environment
+
+    parallel = (config.tensor_parallel_size or 1, config.pipeline_parallel_size or 1)
+    env = job_environment(address, config.profile, parallel=parallel if gpu_check else None)
+    return attrs.evolve(
+        config,
+        env={**config.env, **env},
+        extra_args=("--distributed-executor-backend", "ray", *config.extra_args),
+    )

@@ -204,11 +204,16 @@ def _positive(name: str, value: object) -> int:
 
 
 def check_gpus(
-    tensor_parallel_size: int, pipeline_parallel_size: int = 1, *, cpu_fix: str | None = None
+    tensor_parallel_size: int,
+    pipeline_parallel_size: int = 1,
+    *,
+    cpu_fix: str | None = None,
+    skip_fix: str = "validate_gpus=False skips this check",
 ) -> None:
     """Refuse to start without a visible GPU, and a TP×PP world that needs more GPUs than are
     visible (both skipped when the count is unknown). ``cpu_fix``: how to run on the CPU
-    instead, when the installed vLLM offers a way."""
+    instead, when the installed vLLM offers a way; ``skip_fix``: how the caller skips the
+    check (``kvenv serve`` names its ``--no-gpu-check``)."""
     need = tensor_parallel_size * pipeline_parallel_size
     found = gpus.visible_gpu_count()
     if found.count == 0:
@@ -218,7 +223,7 @@ def check_gpus(
             "check CUDA_VISIBLE_DEVICES"
             + (f" (now {visible!r})" if visible is not None else " (unset: all GPUs)"),
             cpu_fix or "a CPU run needs vLLM's CPU build (a version ending in +cpu)",
-            "validate_gpus=False skips this check",
+            skip_fix,
         ]
         raise RuntimeNotReady(
             f"no GPU is visible to this process: {found.source}; vLLM needs one",
@@ -243,7 +248,11 @@ class LLM:
     ``profile`` is a profile name or .toml path; None means the default profile
     (``$KVENV_PROFILE``, else the built-in Kaggle profile). A keyword set to None is not passed
     to vLLM at all (vLLM's own default applies). ``validate_gpus=False`` skips the GPU count
-    check. Attributes and methods not defined here are those of the wrapped ``vllm.LLM``.
+    check. With ``distributed_executor_backend="ray"`` every node of the Ray cluster at
+    ``ray_address`` (default ``$RAY_ADDRESS``, else ``auto``) must run this machine's generation
+    and the cluster must have TP × PP GPUs before vLLM starts; Ray's workers then activate it
+    (see docs/cluster.md). Attributes and methods not defined here are those of the wrapped
+    ``vllm.LLM``.
     """
 
     default_profile: str | None = None
@@ -254,6 +263,7 @@ class LLM:
         *,
         profile: str | None = None,
         validate_gpus: bool = True,
+        ray_address: str | None = None,
         **kwargs: Any,
     ) -> None:
         defaults = runtime_defaults(profile if profile is not None else self.default_profile)
@@ -272,6 +282,17 @@ class LLM:
             and not _other_device(engine.get("device"), self.vllm_version)
         ):
             check_gpus(tp, pp, cpu_fix=_cpu_fix(keywords))
+        self.ray_runtime_env: dict[str, Any] | None = None
+        if engine.get("distributed_executor_backend") == "ray":
+            # Every node runs this machine's generation, the cluster has the GPUs, and Ray's
+            # workers get the activation (kvenv.cluster.workers; needs kvenv[ray]).
+            from kvenv.cluster.workers import prepare_ray
+
+            self.ray_runtime_env = prepare_ray(
+                ray_address or os.environ.get("RAY_ADDRESS") or "auto",
+                profile if profile is not None else self.default_profile,
+                parallel=(tp, pp) if validate_gpus else None,
+            )
         self.model = os.fspath(model)
         self.inspection: ShardInspection | None = None
         if engine.get("load_format") == "sharded_state":

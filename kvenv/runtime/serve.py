@@ -203,7 +203,12 @@ def validate(
     if validate_gpus and not problems:
         from kvenv.runtime.llm import check_gpus
 
-        check_gpus(config.tensor_parallel_size or 1, config.pipeline_parallel_size or 1)
+        check_gpus(
+            config.tensor_parallel_size or 1,
+            config.pipeline_parallel_size or 1,
+            skip_fix="`kvenv serve --no-gpu-check` (validate_gpus=False in Python) skips this "
+            "check",
+        )
     if problems:
         raise UsageError("cannot serve with these options", problems=problems)
 

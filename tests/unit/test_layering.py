@@ -47,7 +47,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("kvenv.plan",),
     ("kvenv.fetch",),
     ("kvenv.env",),
-    ("kvenv.runtime",),
+    ("kvenv.runtime", "kvenv.cluster"),
     ("kvenv.cli", "kvenv.__main__"),
 )
 # What any module may take from the root package ``kvenv``.
