@@ -11,7 +11,7 @@ import functools
 import sys
 from typing import TYPE_CHECKING, Any
 
-from kvenv.cli._io import TerminalProgress, emit_json, err, out
+from kvenv.cli._io import TerminalProgress, detail, emit_json, err, out
 from kvenv.cli.exitcodes import EXIT_CHECK_FAILED, EXIT_CONFLICT, EXIT_OK
 
 if TYPE_CHECKING:
@@ -21,7 +21,7 @@ if TYPE_CHECKING:
     from kvenv.plan.make import Plan
     from kvenv.probe.interpreter import HostPython
 
-SHELL_CHOICES = ("bash", "zsh", "fish", "pwsh", "json")
+SHELL_CHOICES = ("bash", "zsh", "sh", "fish", "pwsh", "json")
 
 
 def _profile_arg(p: argparse.ArgumentParser) -> None:
@@ -41,25 +41,6 @@ def python_arg(p: argparse.ArgumentParser) -> None:
         help="the host interpreter (default: $KVENV_PYTHON, [host] python, the active "
         "environment, python3 on PATH)",
     )
-
-
-def _command(args: argparse.Namespace, *words: str) -> str:
-    """The kvenv command line that repeats this invocation's profile and paths with ``words``
-    (what hints print, to be run as they are)."""
-    import shlex
-
-    argv = ["kvenv", words[0]]
-    if getattr(args, "profile", None):
-        argv.append(args.profile)
-    argv += words[1:]
-    for flag in ("root", "cache"):
-        value = getattr(args, flag, None)
-        if value:
-            argv += [f"--{flag}", value]
-    python = getattr(args, "python", None)
-    if python:
-        argv += ["--python", python]
-    return shlex.join(argv)
 
 
 def register(sub: Any) -> None:
@@ -92,6 +73,13 @@ def register(sub: Any) -> None:
             "damaged, and build a fresh generation even when the applied one matches",
         )
         p.add_argument("--jobs", type=int, default=8, metavar="N", help="parallel downloads")
+        p.add_argument(
+            "--keep",
+            type=int,
+            metavar="N",
+            help="generations to keep, the new one included (default: "
+            "$KVENV_KEEP_GENERATIONS, else 2; at least 2); older ones are removed",
+        )
         python_arg(p)
         _paths_args(p)
         p.set_defaults(func=cmd_apply)
@@ -103,7 +91,16 @@ def register(sub: Any) -> None:
             + (" (alias of activate)" if name == "env" else ""),
         )
         _profile_arg(p)
-        p.add_argument("--shell", choices=SHELL_CHOICES, default="bash", help="output format")
+        p.add_argument(
+            "--shell",
+            choices=SHELL_CHOICES,
+            help="output format (default: the shell running kvenv, else $SHELL, else bash)",
+        )
+        p.add_argument(
+            "--undo",
+            action="store_true",
+            help="print what restores the variables a previous activation changed",
+        )
         p.add_argument("--manifest", metavar="PATH", help="a manifest instead of the current one")
         _paths_args(p)
         p.set_defaults(func=cmd_activate)
@@ -141,6 +138,9 @@ def _load(args: argparse.Namespace) -> tuple[LoadedProfile, Locations]:
 
     loaded = load_profile(args.profile)
     locations = resolve_locations(loaded.profile, root=args.root, cache=args.cache)
+    detail(f"profile {loaded.profile.name}: {loaded.path} ({loaded.origin})")
+    detail(f"runtime root: {locations.root} (from {locations.root_from})")
+    detail(f"cache: {locations.cache} (from {locations.cache_from})")
     return loaded, locations
 
 
@@ -267,19 +267,30 @@ def cmd_apply(args: argparse.Namespace) -> int:
         from pathlib import Path
 
         from kvenv.fetch.bundle import open_bundle
+        from kvenv.fetch.cache import default_cache_root
 
-        bundle = open_bundle(Path(args.bundle))  # opened and verified once
+        # Files an earlier apply verified and that are unchanged since are not re-hashed
+        # (kvenv.fetch.bundleseal); --repair hashes every file.
+        cache = Path(args.cache).expanduser() if args.cache else default_cache_root()
+        seals = None if args.repair else cache
+        bundle = open_bundle(Path(args.bundle), seals=seals)  # opened and verified once
         if args.profile is None:
             args.profile = str(bundle.profile_path)  # the bundle's own
+    import os
+
+    from kvenv.env.generations import keep_count
+
+    keep = keep_count(args.keep, os.environ)
     loaded, locations = _load(args)
     # Probed (and read) at most once, whether the fast path or the full apply asks first.
     python = host_python(args, loaded)
     host = functools.cache(lambda: _host(None, python))
     recorded = functools.cache(lambda: _recorded(loaded))
-    if not (args.dry_run or args.strict or args.json or args.repair or bundle is not None):
+    # A bundle, already checked above (its unchanged files by their seals), may be a no-op too.
+    if not (args.dry_run or args.strict or args.json or args.repair):
         from kvenv.env.apply import noop_fast
 
-        done = noop_fast(loaded, locations, host, recorded)
+        done = noop_fast(loaded, locations, host, recorded, keep=keep)
         if done is not None:
             out(f"already up to date: generation {done[0]} in {locations.root}; nothing to do")
             return EXIT_OK
@@ -294,7 +305,8 @@ def cmd_apply(args: argparse.Namespace) -> int:
         recorded=recorded(),
         repair=args.repair,
     )
-    progress = TerminalProgress("fetching", enabled=sys.stdout.isatty() and sys.stderr.isatty())
+    on_terminal = sys.stdout.isatty() and sys.stderr.isatty()
+    progress = TerminalProgress("fetching", enabled=on_terminal and not args.json)
     options = ApplyOptions(
         offline=args.offline or bundle is not None,
         bundle=bundle,
@@ -304,6 +316,7 @@ def cmd_apply(args: argparse.Namespace) -> int:
         progress=progress,
         on_wait=err,
         repair=args.repair,
+        keep=keep,
     )
     try:
         result = apply(plan, options)
@@ -354,9 +367,18 @@ def cmd_apply(args: argparse.Namespace) -> int:
 
 
 def cmd_activate(args: argparse.Namespace) -> int:
+    import os
     from pathlib import Path
 
     from kvenv.env.activation import activation_for, render
+    from kvenv.env.runenv import chosen_shell
+
+    shell = chosen_shell(args.shell, os.environ)
+    if args.undo:
+        from kvenv.env.activation import render_deactivate
+
+        sys.stdout.write(render_deactivate(shell))
+        return EXIT_OK
     from kvenv.env.manifest import read_manifest
     from kvenv.env.root import current_manifest_path
     from kvenv.errors import InputError
@@ -382,7 +404,7 @@ def cmd_activate(args: argparse.Namespace) -> int:
     assert path is not None
     manifest = read_manifest(path, root=root)
     activation = activation_for(manifest)
-    sys.stdout.write(render(activation, args.shell, manifest_path=str(path)))
+    sys.stdout.write(render(activation, shell, manifest_path=str(path)))
     return EXIT_OK
 
 
@@ -409,7 +431,9 @@ def cmd_status(args: argparse.Namespace) -> int:
         )
     out(f"host python: {python.describe()}")
     if not data["applied"]:
-        out("applied: nothing (run `kvenv apply`)")
+        from kvenv.cli.hints import fix_command
+
+        out(f"applied: nothing (run `{fix_command(args, 'apply')}`)")
         return EXIT_OK
     out(f"generation: {data['generation']} (applied {data['applied_at']})")
     out(f"distributions: {data['distributions']}")
@@ -423,6 +447,7 @@ def _drift_row(drift: Any) -> dict[str, str]:
 
 
 def cmd_verify(args: argparse.Namespace) -> int:
+    from kvenv.cli.hints import fix_command
     from kvenv.env.integrity import state_damage
     from kvenv.env.root import check_owner, is_owned, owner_of
     from kvenv.env.verify import Drift, drift_error, shadowed, verify, verify_activation
@@ -431,7 +456,7 @@ def cmd_verify(args: argparse.Namespace) -> int:
     loaded, locations = _load(args)
     check_owner(locations.root, owner_of(loaded))
     manifest, damage = state_damage(locations) if is_owned(locations.root) else (None, [])
-    repair = _command(args, "apply", "--repair")
+    repair = fix_command(args, "apply", "--repair")
     if damage:  # the state files themselves: nothing else can be trusted
         drifts = [Drift(d.kind, d.path, d.message) for d in damage]
         if args.json:
@@ -450,7 +475,7 @@ def cmd_verify(args: argparse.Namespace) -> int:
     if manifest is None:
         raise InputError(
             f"nothing is applied for profile {loaded.profile.name} in {locations.root}",
-            hint="run `kvenv apply` first",
+            hint="run `{kvenv apply}` first",
         )
     python = host_python(args, loaded)
     host = _host(None, python)
@@ -490,6 +515,11 @@ def cmd_reset(args: argparse.Namespace) -> int:
         {"label": t.label, "path": t.path, "action": t.action, "reason": t.reason}
         for t in plan.targets
     ]
+    if args.json and not (args.dry_run or args.yes):  # one JSON document: the error alone
+        raise UsageError(
+            "reset requires --yes",
+            hint="inspect it first with `kvenv reset --dry-run`, then add --yes",
+        )
     if args.dry_run or not args.yes:
         if args.json:
             emit_json({"root": plan.root, "dry_run": True, "targets": rows, "removed": []})

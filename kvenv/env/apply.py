@@ -27,6 +27,7 @@ import attrs
 from kvenv import __version__
 from kvenv._util.progress import Progress
 from kvenv.env.activation import shims_current, write_shims
+from kvenv.env.generations import DEFAULT_KEEP, complete_generations, retained
 from kvenv.env.manifest import (
     ExecutablePth,
     GenerationDirs,
@@ -95,6 +96,9 @@ class ApplyOptions:
     # Re-verify everything the generation uses (cached wheels re-hashed, store entries checked
     # against their RECORD) and build a fresh generation even when the applied one matches.
     repair: bool = False
+    # How many finished generations to keep (the new one and the one current before it always;
+    # then the newest others): kvenv.env.generations.keep_count.
+    keep: int = DEFAULT_KEEP
 
 
 @attrs.frozen
@@ -199,6 +203,8 @@ def noop_fast(
     locations: Locations,
     host: Callable[[], HostSnapshot],
     recorded: Callable[[], HostSnapshot | None],
+    *,
+    keep: int = DEFAULT_KEEP,
 ) -> tuple[str, str] | None:
     """``(generation, manifest path)`` when applying ``loaded`` is certainly a no-op, judged
     without reading the lock or the store; None when unsure (then plan and apply in full).
@@ -235,8 +241,9 @@ def noop_fast(
     native_sha = profile.native.sha256 if profile.native else None
     if not manifest.matches(loaded.digest, lock_digest, native_sha) or not dirs_present(manifest):
         return None
-    keep = {pointer.generation} | ({pointer.previous} if pointer.previous else set())
-    if not set(list_generations(locations)) <= keep or not shims_current(locations, manifest):
+    must = {pointer.generation} | ({pointer.previous} if pointer.previous else set())
+    kept = retained(must, complete_generations(locations), keep)
+    if not set(list_generations(locations)) <= kept or not shims_current(locations, manifest):
         return None
     if not same_interpreter(manifest.python, host()):
         return None  # applied for another host interpreter: rebuild for this one
@@ -342,7 +349,8 @@ def apply(plan: Plan, options: ApplyOptions | None = None) -> ApplyResult:
             _, manifest = current_state(locations)
             if manifest is not None and dirs_present(manifest):
                 write_shims(locations, manifest)
-                removed = remove_generations(locations, keep, incomplete_only=False)
+                kept = retained(keep, complete_generations(locations), options.keep)
+                removed = remove_generations(locations, kept, incomplete_only=False)
                 return ApplyResult(
                     "up-to-date",
                     plan,
@@ -419,6 +427,7 @@ class _Run:
         keep = {g for g in (self.generation, previous) if g}
         if not self.switched and self.pointer and self.pointer.previous:
             keep.add(self.pointer.previous)
+        keep = retained(keep, complete_generations(self.locations), self.options.keep)
         removed = remove_generations(self.locations, keep, incomplete_only=False)
         manifest = self.manifest
         return ApplyResult(
@@ -484,6 +493,7 @@ class _Run:
                 jobs=self.options.jobs,
                 full_check=self.options.repair,
                 on_damaged=self.warnings.append,
+                progress=self.options.progress,
             )
         )
 
@@ -509,8 +519,8 @@ class _Run:
                 f"{len(damaged)} artifact file(s) are damaged (their sha256 is not the pinned one)",
                 problems=[Problem(f"{path} ({a.artifact.label})") for a, path in damaged],
                 hint="nothing was installed; the damaged cached files were removed: run "
-                "`kvenv apply` with network access to download them again (a damaged bundle: "
-                "make it again with `kvenv bundle`)",
+                "`{kvenv apply}` with network access to download them again (a damaged bundle: "
+                "make it again with `{kvenv bundle -o kvenv-bundle}` on a connected machine)",
             )
         for artifact, path in damaged:
             self.warnings.append(
@@ -550,6 +560,7 @@ class _Run:
                 protected=self.protected,
                 layer="native",
                 jobs=self.options.jobs,
+                progress=self.options.progress,
             )
         return link_layer(
             chosen,
@@ -559,6 +570,7 @@ class _Run:
             record_waivers=self.waivers,
             jobs=self.options.jobs,
             allow_pth=[w.name for w in self.loaded.profile.overlay.allow_pth],
+            progress=self.options.progress,
         )
 
     def install_native(self) -> None:
