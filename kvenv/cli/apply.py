@@ -15,6 +15,8 @@ from kvenv.cli._io import TerminalProgress, detail, emit_json, err, out
 from kvenv.cli.exitcodes import EXIT_CHECK_FAILED, EXIT_CONFLICT, EXIT_OK
 
 if TYPE_CHECKING:
+    from pathlib import Path
+
     from kvenv.model.loading import LoadedProfile
     from kvenv.model.locations import Locations
     from kvenv.model.snapshot import HostSnapshot
@@ -164,9 +166,12 @@ def host_python(args: argparse.Namespace, loaded: LoadedProfile) -> HostPython:
     return host
 
 
-def _host(snapshot: str | None, python: HostPython | None = None) -> HostSnapshot:
+def _host(
+    snapshot: str | None, python: HostPython | None = None, cache: Path | None = None
+) -> HostSnapshot:
     """The host snapshot: a file when given, else one probe of the host interpreter (in
-    process only when it is kvenv's own)."""
+    process only when it is kvenv's own; another interpreter's own facts are memoized under
+    ``cache`` while its files are unchanged)."""
     from pathlib import Path
 
     if snapshot:
@@ -177,7 +182,8 @@ def _host(snapshot: str | None, python: HostPython | None = None) -> HostSnapsho
 
     if python is None or python.own:
         return take_snapshot()
-    return take_snapshot(python=python.path)
+    memo = cache / "probes" if cache is not None else None
+    return take_snapshot(python=python.path, memo=memo)
 
 
 def _recorded(loaded: LoadedProfile) -> HostSnapshot | None:
@@ -244,7 +250,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
     plan = plan_apply(
         loaded,
         profile_lock(loaded),
-        _host(args.host, python),
+        _host(args.host, python, locations.cache),
         locations,
         strict=args.strict,
         recorded=_recorded(loaded),
@@ -284,7 +290,7 @@ def cmd_apply(args: argparse.Namespace) -> int:
     loaded, locations = _load(args)
     # Probed (and read) at most once, whether the fast path or the full apply asks first.
     python = host_python(args, loaded)
-    host = functools.cache(lambda: _host(None, python))
+    host = functools.cache(lambda: _host(None, python, locations.cache))
     recorded = functools.cache(lambda: _recorded(loaded))
     # A bundle, already checked above (its unchanged files by their seals), may be a no-op too.
     if not (args.dry_run or args.strict or args.json or args.repair):
@@ -478,7 +484,7 @@ def cmd_verify(args: argparse.Namespace) -> int:
             hint="run `{kvenv apply}` first",
         )
     python = host_python(args, loaded)
-    host = _host(None, python)
+    host = _host(None, python, locations.cache)
     drifts = verify(manifest, host, locations=locations)
     drifts += verify_activation(manifest, loaded, host)
     if args.json:

@@ -19,6 +19,7 @@ import datetime
 import json
 import sysconfig
 from collections.abc import Sequence
+from pathlib import Path
 
 import attrs
 
@@ -48,19 +49,23 @@ def take_snapshot(
     sys_path: list[str] | None = None,
     python: str | None = None,
     effects: Effects | None = None,
+    memo: Path | None = None,
 ) -> HostSnapshot:
     """A snapshot of this host as ``python`` (default: this interpreter) sees it.
 
     ``sys_path`` replaces the interpreter's import path for finding distributions (and for
     ``import_torch``). Raises :class:`kvenv.errors.InputError` only when ``python`` cannot be
     run or does not answer as a Python interpreter; everything else missing is a note.
+    ``memo``: a directory where another interpreter's own facts are kept while its files are
+    unchanged (see :func:`kvenv.probe.pyinfo.remote_interpreter`); its distributions, torch,
+    GPUs and system are probed afresh every time.
     """
     fx = effects or live()
     if python is None:
         interp = pyinfo.local_interpreter()
         notes: list[str] = []
     else:
-        interp = pyinfo.remote_interpreter(python, fx)
+        interp = pyinfo.remote_interpreter(python, fx, memo=memo if effects is None else None)
         notes = [
             f"probed {interp.executable} in isolated mode (-I): PYTHONPATH and the user's "
             "site-packages are not part of the host"

@@ -84,8 +84,104 @@ def local_interpreter() -> Interpreter:
     return interpreter_from_facts(child.facts(), source="this interpreter")
 
 
-def remote_interpreter(python: str, effects: Effects) -> Interpreter:
-    """Run the child probe in ``python`` (isolated, from ``/``) and read its JSON line."""
+def remote_interpreter(python: str, effects: Effects, *, memo: Path | None = None) -> Interpreter:
+    """Run the child probe in ``python`` (isolated, from ``/``) and read its JSON line.
+
+    With ``memo`` (a directory), the answer of a native interpreter binary is kept there with
+    the identity of everything it depends on (see :func:`_identity`) and reused, without
+    running anything, while that identity is unchanged: the facts of ``python -I`` are fixed
+    by its binary, its ``pyvenv.cfg`` and the directories of its import path (a new ``.pth``
+    changes its directory). Scripts (a pyenv shim, a wrapper) choose their interpreter at run
+    time and are always run. The host's distributions are never memoized: they are read
+    afresh by every probe (:mod:`kvenv.probe.dists`)."""
+    if memo is not None:
+        remembered = _recall(python, memo)
+        if remembered is not None:
+            return remembered
+    found = _run_probe(python, effects)
+    if memo is not None:
+        _remember(python, found, memo)
+    return found
+
+
+def _memo_file(python: str, memo: Path) -> Path:
+    import hashlib
+
+    return memo / (hashlib.sha256(python.encode("utf-8", "surrogateescape")).hexdigest() + ".json")
+
+
+def _identity(python: str, sys_path: tuple[str, ...]) -> list[object] | None:
+    """What the facts of ``python -I`` depend on, as stat results; None for anything but a
+    native executable (an interpreter chosen by a script cannot be pinned by its stat)."""
+    import os
+
+    def stamp(path: str) -> list[object]:
+        try:
+            st = os.stat(path)
+        except OSError:
+            return [path, None]
+        return [path, st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns]
+
+    try:
+        with open(python, "rb") as handle:
+            if handle.read(4) != b"\x7fELF":
+                return None
+    except OSError:
+        return None
+    real = os.path.realpath(python)
+    bindir = os.path.dirname(os.path.abspath(python))
+    configs = [os.path.join(d, "pyvenv.cfg") for d in (bindir, os.path.dirname(bindir))]
+    return [
+        ["kvenv probe", child.FACTS_VERSION],
+        stamp(python),
+        stamp(real),
+        *(stamp(c) for c in configs),
+        *(stamp(d) for d in sys_path),
+    ]
+
+
+def _recall(python: str, memo: Path) -> Interpreter | None:
+    try:
+        data = json.loads(_memo_file(python, memo).read_text(encoding="utf-8"))
+        facts, identity = data["facts"], data["identity"]
+        sys_path = _strings(facts.get("sys_path"))
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        return None
+    if sys_path is None or identity is None or _identity(python, sys_path) != identity:
+        return None
+    try:
+        return interpreter_from_facts(facts, source=python)
+    except InputError:
+        return None
+
+
+def _remember(python: str, found: Interpreter, memo: Path) -> None:
+    identity = _identity(python, found.sys_path)
+    if identity is None:
+        return
+    from kvenv._util import atomic
+
+    facts = {
+        "version_info": [found.major, found.minor],
+        "py_version_nodot": found.nodot,
+        "version": found.version,
+        "implementation": found.implementation,
+        "abis": list(found.abis),
+        "executable": found.executable,
+        "sys_path": list(found.sys_path),
+        "sys_platform": found.sys_platform,
+        "machine": found.machine,
+        "sysconfig_platform": found.sysconfig_platform,
+    }
+    try:
+        memo.mkdir(parents=True, exist_ok=True)
+        data = {"facts": facts, "identity": identity}
+        atomic.write_json(_memo_file(python, memo), data, durable=False)
+    except OSError:
+        pass  # a memo that cannot be written only costs the next command a probe
+
+
+def _run_probe(python: str, effects: Effects) -> Interpreter:
     source = Path(child.__file__).read_text(encoding="utf-8")
     result = effects.run([python, "-I", "-c", source], PROBE_TIMEOUT)
     if result is None:
