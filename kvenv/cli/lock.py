@@ -144,25 +144,90 @@ def _lock(args: argparse.Namespace, loaded: Any) -> int:
         portable=args.portable,
         wheel_at_hand=_wheel_at_hand(args.cache_dir),
     )
-    result = lock_profile(loaded, options)
-    if result.changed:
-        write_lock(result.path, result.text)
+    memo = _memo(args, loaded, config, options) if args.offline and not args.refresh else None
+    kept = memo.recall() if memo is not None else None
+    if kept is not None:
+        text, data = kept
+        path = Path(data["lock"])
+        old = path.read_text(encoding="utf-8") if path.is_file() else None
+        data["changed"] = old != text
+        if data["changed"]:
+            write_lock(path, text)
+    else:
+        result = lock_profile(loaded, options)
+        if result.changed:
+            write_lock(result.path, result.text)
+        data = dict(summary(result))
+        if memo is not None:
+            wheels = [(p.wheel.sha256, p.wheel.filename) for p in result.resolution.packages]
+            memo.remember(result.text, data, [(sha, n) for sha, n in wheels if sha])
     if args.json:
-        emit_json(summary(result))
+        emit_json(data)
         return EXIT_OK
-    res = result.resolution
-    state = "wrote" if result.changed else "unchanged"
-    out(f"{state}: {result.path}")
+    out(f"{'wrote' if data['changed'] else 'unchanged'}: {data['lock']}")
+    shadows: list[dict[str, str]] = list(data["shadows"])
     out(
-        f"  {len(res.packages)} packages for {result.target.describe()}; "
-        f"{len(res.assumptions)} host assumptions; {len(res.shadows)} shadowed host packages"
+        f"  {len(data['packages'])} packages for {data['target']}; "
+        f"{data['assumptions']} host assumptions; {len(shadows)} shadowed host packages"
     )
-    for shadow in res.shadows:
+    for shadow in shadows:
         err(
-            f"  note: the overlay shadows host {shadow.name} {shadow.host_version} "
-            f"with {shadow.overlay_version}"
+            f"  note: the overlay shadows host {shadow['name']} {shadow['host-version']} "
+            f"with {shadow['overlay-version']}"
         )
     return EXIT_OK
+
+
+class _Memo:
+    """One offline lock's memo entry (kvenv.lock.memo), with what checks a kept result."""
+
+    def __init__(self, root: Path, key: str, present: Callable[[str, str], bool]) -> None:
+        self.root, self.key, self.present = root, key, present
+
+    def recall(self) -> tuple[str, dict[str, Any]] | None:
+        from kvenv.lock.memo import recall
+
+        return recall(self.root, self.key, self.present)
+
+    def remember(self, text: str, data: dict[str, Any], wheels: list[tuple[str, str]]) -> None:
+        from kvenv.lock.memo import remember
+
+        remember(self.root, self.key, (text, data), wheels, self.present)
+
+
+def _memo(args: argparse.Namespace, loaded: Any, config: Any, options: Any) -> _Memo:
+    """The memo entry of this offline lock: its key covers every input it reads."""
+    from kvenv.lock.memo import memo_key
+    from kvenv.model.locations import default_cache_dir
+
+    root = options.cache_dir or default_cache_dir()
+    output = options.output or loaded.lock_path
+    files = [
+        *loaded.chain,
+        loaded.snapshot_path,
+        loaded.lock_path,
+        output,
+        options.native_requires,
+        *options.require,
+        *options.prefer,
+        *options.constraint,
+    ]
+    settings = {
+        "index": [config.index_url, list(config.extra_index_urls), config.no_index],
+        "find-links": list(config.find_links),
+        "exclude-newer": args.exclude_newer,
+        "fresh": args.fresh,
+        "portable": args.portable,
+        "output": str(output),
+    }
+    key = memo_key(files=files, settings=settings, cache_root=root, find_links=config.find_links)
+    at_hand = _wheel_at_hand(args.cache_dir)
+
+    def present(sha256: str, filename: str) -> bool:
+        found = at_hand(sha256, filename, None)
+        return found is not None and found.is_file()
+
+    return _Memo(root, key, present)
 
 
 def _cache_dir(value: str | None) -> Path | None:
