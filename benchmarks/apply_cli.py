@@ -27,7 +27,6 @@ Run from the repository root (the project is built with ``tests.support``).
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import platform
 import resource
@@ -38,6 +37,8 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+
+from _common import python_of, run_facts, tool_version, write_results
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -95,11 +96,6 @@ def portable_lock(lock: Path) -> None:
     lock.write_text("\n\n".join(kept), encoding="utf-8")
 
 
-def _python_of(kvenv: Path) -> str:
-    first = kvenv.read_text(encoding="utf-8", errors="replace").splitlines()[0]
-    return first.removeprefix("#!").strip().split()[0] if first.startswith("#!") else sys.executable
-
-
 def main() -> int:
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     parser.add_argument("--wheels", type=Path, required=True)
@@ -135,7 +131,7 @@ def main() -> int:
         return [str(kvenvs[label]), "apply", "--offline", "--from", str(bundle)]
 
     def kvenv_env(label: str, cache: Path) -> dict[str, str]:
-        python = _python_of(kvenvs[label])
+        python = python_of(kvenvs[label])
         return dict(base_env, KVENV_ROOT=str(fresh("root")), KVENV_CACHE_DIR=str(cache),
                     KVENV_PYTHON=python)  # fmt: skip
 
@@ -218,20 +214,14 @@ def main() -> int:
         "wheels": len(files),
         "bundle_bytes": sum(p.stat().st_size for p in files),
         "kvenv": {label: str(path) for label, path in kvenvs.items()},
-        "uv": subprocess.run([args.uv, "--version"], capture_output=True, text=True).stdout.strip()
-        if args.uv
-        else None,
-        "python": platform.python_version(),
-        "machine": f"{platform.machine()}, {os.cpu_count()} CPUs",
-        "load_average": os.getloadavg(),
-        "taken_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "uv": tool_version(args.uv),
+        **run_facts(),
         "median_seconds": medians,
         "median_cpu_seconds": cpu_medians,
         "samples": results,
         "ratios": ratios,
     }
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(data, indent=2) + "\n", encoding="utf-8")
+    write_results(args.out, data)
     for name, row in results.items():
         print(f"{name:<24} wall {row['wall_s']:8.3f} s  cpu {row['cpu_s']:8.3f} s")
     for name, value in ratios.items():

@@ -27,8 +27,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from _common import bench_project  # noqa: E402
+
 from tests.support.lockenv import INDEX_ENV  # noqa: E402
-from tests.support.wheels import build_wheel, sha256_of  # noqa: E402
 
 REFERENCE = Path("/work/shared/reference/kaggle-t4x2-cu128/overlay-requirements.txt")
 FALLBACK = ["requests>=2.31", "pyyaml", "numpy>=1.26", "pydantic>=2", "rich", "six"]
@@ -39,43 +40,6 @@ def _env(**extra: str) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if k not in INDEX_ENV}
     env.update(extra)
     return env
-
-
-def _project(root: Path, requirements: list[str]) -> None:
-    native = build_wheel(root / "native", "benchnative", "1.0", requires=requirements)
-    (root / "profiles").mkdir(parents=True)
-    snapshot = {
-        "schema": 1,
-        "python": {"version": "3.12.13", "abi": "cp312"},
-        "platform": {"os": "linux", "machine": "x86_64", "libc": "glibc", "libc_version": "2.35"},
-        "distributions": [],
-    }
-    (root / "profiles" / "bench.host.json").write_text(json.dumps(snapshot))
-    (root / "profiles" / "bench.toml").write_text(
-        f"""schema = 1
-name = "bench"
-
-[target]
-python = "3.12.13"
-abi = "cp312"
-os = "linux"
-machine = "x86_64"
-glibc = "2.35"
-
-[host]
-snapshot = "profiles/bench.host.json"
-protected = []
-
-[native]
-name = "benchnative"
-version = "1.0"
-sha256 = "{sha256_of(native)}"
-
-[native.source]
-kind = "path"
-path = "native/{native.name}"
-"""
-    )
 
 
 def _run(argv: list[str], env: dict[str, str], cwd: Path) -> float:
@@ -123,7 +87,9 @@ def main() -> int:
     work = Path(tempfile.mkdtemp(prefix="kvenv-bench-"))
     try:
         project = work / "project"
-        _project(project, lines)
+        bench_project(
+            project, lines, python="3.12.13", machine="x86_64", glibc="2.35", protected=[]
+        )
         reqs = work / "requirements.txt"
         reqs.write_text("\n".join(lines) + "\n")
         uv = str(BIN / "uv")

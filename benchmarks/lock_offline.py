@@ -20,7 +20,6 @@ Run from the repository root (the index server and wheels come from ``tests.supp
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import platform
 import shutil
@@ -34,53 +33,9 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
+from _common import bench_project, run_facts, tool_version, write_results  # noqa: E402
+
 from tests.support.lockenv import INDEX_ENV, serve_index  # noqa: E402
-from tests.support.wheels import build_wheel, sha256_of  # noqa: E402
-
-
-def _project(root: Path, requirement: str) -> Path:
-    native = build_wheel(root / "native", "benchnative", "1.0", requires=[requirement])
-    (root / "profiles").mkdir(parents=True)
-    version = platform.python_version()
-    nodot = "".join(version.split(".")[:2])
-    snapshot = {
-        "schema": 1,
-        "python": {"version": version, "abi": f"cp{nodot}"},
-        "platform": {
-            "os": "linux",
-            "machine": platform.machine(),
-            "libc": "glibc",
-            "libc_version": platform.libc_ver()[1],
-        },
-        "distributions": [],
-        "source": "recorded",
-    }
-    (root / "profiles" / "bench.host.json").write_text(json.dumps(snapshot))
-    (root / "profiles" / "bench.toml").write_text(
-        f"""schema = 1
-name = "bench"
-
-[target]
-python = "{version}"
-abi = "cp{nodot}"
-os = "linux"
-machine = "{platform.machine()}"
-glibc = "{platform.libc_ver()[1]}"
-
-[host]
-snapshot = "profiles/bench.host.json"
-
-[native]
-name = "benchnative"
-version = "1.0"
-sha256 = "{sha256_of(native)}"
-
-[native.source]
-kind = "path"
-path = "native/{native.name}"
-"""
-    )
-    return root / "profiles" / "bench.toml"
 
 
 def _timed(command: list[str], env: dict[str, str]) -> float:
@@ -107,7 +62,14 @@ def main() -> int:
         kvenvs[label] = str(Path(path).absolute())
     work = Path(tempfile.mkdtemp(prefix="kvenv-lock-offline-"))
     env = {k: v for k, v in os.environ.items() if k not in INDEX_ENV and not k.startswith("KVENV")}
-    profile = _project(work / "proj", args.require)
+    profile = bench_project(
+        work / "proj",
+        [args.require],
+        python=platform.python_version(),
+        machine=platform.machine(),
+        glibc=platform.libc_ver()[1],
+        source="recorded",
+    )
     (work / "reqs.in").write_text(args.require + "\n")
     samples: dict[str, list[float]] = {}
     with serve_index(args.wheels) as index:
@@ -159,19 +121,13 @@ def main() -> int:
         "requirement": args.require,
         "wheels_served": len(list(args.wheels.glob("*.whl"))),
         "packages_locked": locked,
-        "uv": subprocess.run([args.uv, "--version"], capture_output=True, text=True).stdout.strip()
-        if args.uv
-        else None,
+        "uv": tool_version(args.uv),
         "rounds": args.rounds,
-        "python": platform.python_version(),
-        "machine": f"{platform.machine()}, {os.cpu_count()} CPUs",
-        "load_average": os.getloadavg(),
-        "taken_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        **run_facts(),
         "results": results,
         "ratios": ratios,
     }
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(data, indent=2) + "\n", encoding="utf-8")
+    write_results(args.out, data)
     for name, row in results.items():
         print(f"{name:<34} {row['median_s'] * 1000:8.1f} ms")
     for name, value in ratios.items():

@@ -20,9 +20,7 @@ status and ``lock --check`` 100 ms; activate and validate 40 ms.
 from __future__ import annotations
 
 import argparse
-import json
 import os
-import platform
 import shutil
 import statistics
 import subprocess
@@ -30,6 +28,8 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+
+from _common import python_of, run_facts, write_results
 
 REPO = Path(__file__).resolve().parent.parent
 AIMS_ABOVE_BARE_MS = {
@@ -41,11 +41,6 @@ AIMS_ABOVE_BARE_MS = {
     "activate": 40.0,
     "validate": 40.0,
 }
-
-
-def _python_of(kvenv: Path) -> str:
-    first = kvenv.read_text(encoding="utf-8", errors="replace").splitlines()[0]
-    return first.removeprefix("#!").strip().split()[0] if first.startswith("#!") else sys.executable
 
 
 def _project(work: Path) -> Path:
@@ -81,7 +76,7 @@ def main() -> int:
             base,
             KVENV_ROOT=str(work / f"root-{label}"),
             KVENV_CACHE_DIR=str(work / f"cache-{label}"),
-            KVENV_PYTHON=_python_of(path),
+            KVENV_PYTHON=python_of(path),
         )
         for label, path in kvenvs.items()
     }
@@ -122,7 +117,7 @@ def main() -> int:
         for name, argv in cases.items():
             for label in order:
                 command = (
-                    [_python_of(kvenvs[label]), "-c", "pass"]
+                    [python_of(kvenvs[label]), "-c", "pass"]
                     if argv is None
                     else [str(kvenvs[label]), *argv]
                 )
@@ -150,14 +145,10 @@ def main() -> int:
         "what": "fresh process per call, installs and commands interleaved; an applied root",
         "rounds": args.rounds,
         "kvenv": {label: str(path) for label, path in kvenvs.items()},
-        "python": platform.python_version(),
-        "machine": f"{platform.machine()}, {os.cpu_count()} CPUs",
-        "load_average": os.getloadavg(),
-        "taken_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        **run_facts(),
         "results": results,
     }
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(data, indent=2) + "\n", encoding="utf-8")
+    write_results(args.out, data)
     labels = list(kvenvs)
     print(f"{'command':<22}" + "".join(f"{label + ' ms (+bare)':>24}" for label in labels))
     for name in cases:

@@ -10,6 +10,7 @@ import argparse
 import os
 from typing import Any
 
+from kvenv.cli._argv import split_at_double_dash
 from kvenv.cli.exitcodes import EXIT_OK
 
 RUN_USAGE = "kvenv run [PROFILE] [--root DIR] [--cache DIR] [--manifest PATH] -- CMD [ARGS ...]"
@@ -22,26 +23,6 @@ def _common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--manifest", metavar="PATH", help="a manifest instead of the current one")
 
 
-def _split_at_dashes(parser: argparse.ArgumentParser) -> None:
-    """Make ``parser`` take everything after the first ``--`` as the command (``args.argv``),
-    untouched: argparse alone would let ``[PROFILE]`` swallow the command's name."""
-    parse = parser.parse_known_args
-
-    def parse_known_args(
-        args: Any = None, namespace: argparse.Namespace | None = None
-    ) -> tuple[argparse.Namespace, list[str]]:
-        words = list(args or [])
-        tail: list[str] | None = None
-        if "--" in words:
-            index = words.index("--")
-            words, tail = words[:index], words[index + 1 :]
-        parsed, extra = parse(words, namespace)
-        parsed.argv = tail
-        return parsed, extra
-
-    setattr(parser, "parse_known_args", parse_known_args)
-
-
 def register(sub: Any) -> None:
     p = sub.add_parser(
         "run",
@@ -51,7 +32,7 @@ def register(sub: Any) -> None:
         "returned. Exit 2 (nothing applied, command not found) happens before it starts.",
     )
     _common(p)
-    _split_at_dashes(p)
+    split_at_double_dash(p, "argv", absent=None)
     p.set_defaults(func=cmd_run, argv=None)
 
     p = sub.add_parser("shell", help="start your shell ($SHELL, else /bin/sh) activated")

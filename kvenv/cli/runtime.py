@@ -3,10 +3,9 @@
 from __future__ import annotations
 
 import argparse
-import sys
-from collections.abc import Sequence
 from typing import Any
 
+from kvenv.cli._argv import split_at_double_dash
 from kvenv.cli._io import emit_json, err, out
 from kvenv.cli.exitcodes import EXIT_CHECK_FAILED, EXIT_INTERRUPTED, EXIT_OK
 
@@ -112,26 +111,7 @@ def register(sub: Any) -> None:
     serve.add_argument("--dry-run", action="store_true", help="print the command, start nothing")
     serve.add_argument("--json", action="store_true", help="with --dry-run: print JSON")
     serve.set_defaults(func=run_serve, extra=[])
-    _split_at_double_dash(serve)
-
-
-def _split_at_double_dash(parser: argparse.ArgumentParser) -> None:
-    """Everything after the first ``--`` goes to ``args.extra`` untouched."""
-    parse = parser.parse_known_args
-
-    def parse_known_args(
-        args: Sequence[str] | None = None, namespace: argparse.Namespace | None = None
-    ) -> tuple[argparse.Namespace, list[str]]:
-        items = list(sys.argv[1:] if args is None else args)
-        tail: list[str] = []
-        if "--" in items:
-            cut = items.index("--")
-            items, tail = items[:cut], items[cut + 1 :]
-        parsed, rest = parse(items, namespace)
-        parsed.extra = tail
-        return parsed, rest
-
-    setattr(parser, "parse_known_args", parse_known_args)
+    split_at_double_dash(serve, "extra", absent=[])
 
 
 # --- inspect-shards ----------------------------------------------------------------------------

@@ -217,12 +217,14 @@ print("RESULT " + json.dumps(out))
 """
 
 
-def _driver(code: str, root: str, *, pythonpath: str | None = None) -> dict[str, Any]:
+def _driver(code: str, root: str, *args: str, pythonpath: str | None = None) -> dict[str, Any]:
+    """Run the driver script ``code`` (its argv: the cluster's address, then ``args``) with
+    kvenv's root and cache at ``root``; its exit code, its ``RESULT`` JSON and output tails."""
     extra = {"KVENV_ROOT": root, "KVENV_CACHE_DIR": root.replace("root-", "cache-")}
     if pythonpath:
         extra["PYTHONPATH"] = pythonpath
     done = subprocess.run(
-        [sys.executable, "-c", code, ADDRESS],
+        [sys.executable, "-c", code, ADDRESS, *args],
         env=_env(extra),
         capture_output=True,
         text=True,
@@ -245,23 +247,7 @@ def _result_line(stdout: str) -> str:
 
 
 def overlay(profile: str, root: str) -> dict[str, Any]:
-    done = subprocess.run(
-        [sys.executable, "-c", OVERLAY_DRIVER, ADDRESS, profile],
-        env=_env({"KVENV_ROOT": root, "KVENV_CACHE_DIR": root.replace("root-", "cache-")}),
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    try:
-        data = json.loads(_result_line(done.stdout))
-    except (json.JSONDecodeError, IndexError):
-        data = None
-    return {
-        "code": done.returncode,
-        "json": data,
-        "stdout": done.stdout[-3000:],
-        "stderr": done.stderr[-3000:],
-    }
+    return _driver(OVERLAY_DRIVER, root, profile)
 
 
 def older_python() -> str | None:

@@ -19,6 +19,8 @@ from kvenv.cli import build_parser, main
 from kvenv.env.manifest import Manifest
 from tests.fake_vllm.checkpoints import make_tp_checkpoint
 from tests.support.applyenv import Project, local_project
+from tests.support.clienv import isolated_cli_dir
+from tests.support.damage import damage_in_place, damaged_bundle
 from tests.support.paths import REPO
 from tests.support.wheels import build_wheel
 
@@ -162,25 +164,12 @@ def _lock_stale(w: World) -> int:
 
 
 def _bundle_damaged(w: World) -> int:
-    from kvenv.fetch.bundle import make_bundle
-
-    make_bundle(w.project.loaded(), w.dir / "bundle", cache=w.dir / "bundle-cache")
-    wheel = next((w.dir / "bundle" / "wheels").glob("helper-*.whl"))
-    data = bytearray(wheel.read_bytes())
-    data[len(data) // 2] ^= 0xFF
-    wheel.write_bytes(bytes(data))
-    return w.kvenv("bundle", "--verify", str(w.dir / "bundle"))
+    return w.kvenv("bundle", "--verify", str(damaged_bundle(w.project, w.dir)))
 
 
 def _cache_damaged(w: World) -> int:
     w.apply()
-    wheel = next((w.dir / "cache").glob("artifacts-v1/sha256/*/*/helper-*.whl"))
-    before = wheel.stat()
-    os.chmod(wheel, 0o644)
-    data = bytearray(wheel.read_bytes())
-    data[len(data) // 2] ^= 0x01
-    wheel.write_bytes(bytes(data))
-    os.utime(wheel, ns=(before.st_atime_ns, before.st_mtime_ns))
+    damage_in_place(next((w.dir / "cache").glob("artifacts-v1/sha256/*/*/helper-*.whl")))
     return w.kvenv("cache", "verify", w.profile, "--cache", str(w.dir / "cache"))
 
 
@@ -325,16 +314,7 @@ def test_each_listed_code_is_what_the_command_returns(
     monkeypatch: pytest.MonkeyPatch,
     capsys: pytest.CaptureFixture[str],
 ) -> None:
-    for name in ("KVENV_PROFILE_PATH", "KVENV_PROFILE", "KVENV_PYTHON"):
-        monkeypatch.delenv(name, raising=False)
-    monkeypatch.setenv("KVENV_ROOT", str(tmp_path / "root"))
-    monkeypatch.setenv("KVENV_CACHE_DIR", str(tmp_path / "cache"))
-    monkeypatch.chdir(tmp_path)
-    (tmp_path / "profiles").mkdir()
-    (tmp_path / "profiles" / "broken.toml").write_text(
-        'schema = 1\nname = "broken"\n[runtime]\ngpu_memory_utilization = 7\n'
-    )
-    code = CASES[pair](World(tmp_path))
+    code = CASES[pair](World(isolated_cli_dir(tmp_path, monkeypatch)))
     captured = capsys.readouterr()
     assert code == _expected(pair), captured.out + captured.err
     assert "Traceback" not in captured.err

@@ -14,36 +14,18 @@ from typing import Any
 import pytest
 
 from kvenv.cli import build_parser, main
+from tests.support.applyenv import local_project
+from tests.support.clienv import isolated_cli_dir
+from tests.support.damage import damaged_bundle
 from tests.support.wheels import build_wheel
 
 
 @pytest.fixture
 def project(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    for name in ("KVENV_PROFILE_PATH", "KVENV_PROFILE", "KVENV_PYTHON"):
-        monkeypatch.delenv(name, raising=False)
-    monkeypatch.setenv("KVENV_ROOT", str(tmp_path / "root"))
-    monkeypatch.setenv("KVENV_CACHE_DIR", str(tmp_path / "cache"))
-    monkeypatch.chdir(tmp_path)
-    (tmp_path / "profiles").mkdir()
-    (tmp_path / "profiles" / "broken.toml").write_text(
-        'schema = 1\nname = "broken"\n[runtime]\ngpu_memory_utilization = 7\n'
-    )
+    isolated_cli_dir(tmp_path, monkeypatch)
     wheel = build_wheel(tmp_path, "sound", "1.0")
     wheel.rename(tmp_path / "sound-1.0-py3-none-any.whl")
     return tmp_path
-
-
-def _damaged_bundle(directory: Path) -> None:
-    """A real bundle at ``directory/bundle`` with one wheel altered after SHA256SUMS."""
-    from kvenv.fetch.bundle import make_bundle
-    from tests.support.applyenv import local_project
-
-    project = local_project(directory / "proj")
-    make_bundle(project.loaded(), directory / "bundle", cache=directory / "bundle-cache")
-    wheel = next((directory / "bundle" / "wheels").glob("helper-*.whl"))
-    data = bytearray(wheel.read_bytes())
-    data[len(data) // 2] ^= 0xFF
-    wheel.write_bytes(bytes(data))
 
 
 def _commands_with_json() -> Iterator[list[str]]:
@@ -140,7 +122,7 @@ def test_every_json_error_is_one_object_on_stdout(
 ) -> None:
     argv, code, kind, path, hint = case
     if "bundle" in argv and "--verify" in argv:
-        _damaged_bundle(project)
+        damaged_bundle(local_project(project / "proj"), project)
     assert main(argv) == code
     captured = capsys.readouterr()
     document = json.loads(captured.out)  # exactly one JSON document, nothing else

@@ -4,7 +4,6 @@ error naming the file and the fix; nothing is installed from it."""
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import pytest
@@ -14,17 +13,13 @@ from kvenv.errors import FetchError
 from kvenv.fetch.cache import ArtifactCache
 from kvenv.model.locations import Locations
 from tests.support.applyenv import apply, fake_host_site, host_snapshot, standard_project
+from tests.support.damage import damage_in_place
 
 
 def _damage_cached_helper(cache: Path, sha: str) -> Path:
     entry = ArtifactCache(cache).entry(sha)
     wheel = next(p for p in entry.iterdir() if p.suffix == ".whl")
-    before = wheel.stat()
-    os.chmod(wheel, 0o644)
-    data = bytearray(wheel.read_bytes())
-    data[len(data) // 2] ^= 0x01
-    wheel.write_bytes(bytes(data))
-    os.utime(wheel, ns=(before.st_atime_ns, before.st_mtime_ns))
+    damage_in_place(wheel)
     return wheel
 
 

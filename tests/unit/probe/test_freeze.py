@@ -288,38 +288,14 @@ def test_fingerprint_diff(tmp_path: Path, capsys: pytest.CaptureFixture[str]) ->
     old = tmp_path / "old.json"
     new = tmp_path / "new.json"
     listing = tmp_path / "l.txt"
-    listing.write_text("torch==2.10.0+cu128\nfsspec==2025.3.0\ngone==1.0\n")
-    assert (
-        main(
-            [
-                "fingerprint",
-                "--from-freeze",
-                str(listing),
-                "--python-version",
-                "3.12.13",
-                "--save",
-                str(old),
-                "--json",
-            ]
-        )
-        == 0
-    )
-    listing.write_text("torch==2.11.0+cu128\nfsspec==2026.9.0\nadded==2.0\n")
-    assert (
-        main(
-            [
-                "fingerprint",
-                "--from-freeze",
-                str(listing),
-                "--python-version",
-                "3.13.15",
-                "--save",
-                str(new),
-                "--json",
-            ]
-        )
-        == 0
-    )
+
+    def save(lines: str, python: str, path: Path) -> int:
+        listing.write_text(lines)
+        argv = ["--from-freeze", str(listing), "--python-version", python, "--save", str(path)]
+        return main(["fingerprint", *argv, "--json"])
+
+    assert save("torch==2.10.0+cu128\nfsspec==2025.3.0\ngone==1.0\n", "3.12.13", old) == 0
+    assert save("torch==2.11.0+cu128\nfsspec==2026.9.0\nadded==2.0\n", "3.13.15", new) == 0
     capsys.readouterr()
     code, out, _ = run(capsys, "fingerprint", "--diff", str(old), "--host", str(new))
     assert code == 1
