@@ -296,7 +296,9 @@ def drift_context(loaded: LoadedProfile, lockfile: LockFile | None) -> DriftCont
                 (f"{package.name} {package.version}", tool.requires, frozenset(tool.extras))
             )
     env = TargetEnv.from_profile_target(target, file=str(loaded.path))
-    provided = locked | {canonicalize_name(native.name)}
+    # what the overlay provides, and what the profile waives (the host need not have it)
+    waived = {canonicalize_name(w.name) for w in profile.host.waivers}
+    provided = locked | {canonicalize_name(native.name)} | waived
     return attrs.evolve(
         base, locked=locked, reliances=tuple(reliances_of(owners, provided, env.evaluate))
     )

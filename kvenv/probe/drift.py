@@ -343,41 +343,20 @@ def _admits(reliance: Reliance, version: str) -> bool:
 
 
 def _system(by_kind: dict[str, Change], ctx: DriftContext) -> list[Finding]:
-    out: list[Finding] = []
-    driver = by_kind.get("driver")
-    if driver is not None:
-        if ctx.driver_min and _numbers(driver.live) < _numbers(ctx.driver_min):
-            out.append(
-                _finding(
-                    "error",
-                    f"NVIDIA driver {driver.recorded} -> {driver.live}: below the target's "
-                    f"minimum {ctx.driver_min}; the native wheel's CUDA code may not load",
-                    f"use a host with driver >= {ctx.driver_min}",
-                )
-            )
-        else:
-            out.append(
-                _finding(
-                    "warning",
-                    f"NVIDIA driver {driver.recorded} -> {driver.live}: the lock still holds",
-                    f"record it: {ctx.refresh}",
-                )
-            )
-    glibc = by_kind.get("glibc")
-    if glibc is not None:
-        if ctx.glibc and _numbers(glibc.live) < _numbers(ctx.glibc):
-            out.append(
-                _finding(
-                    "error",
-                    f"glibc {glibc.recorded} -> {glibc.live}: below the target's {ctx.glibc}; "
-                    "locked manylinux wheels may not load",
-                    f"use a host with glibc >= {ctx.glibc}",
-                )
-            )
-        else:
-            out.append(
-                _finding("warning", f"{glibc.describe()}: the lock still holds", ctx.refresh)
-            )
+    out = _at_least(
+        by_kind.get("driver"),
+        ctx.driver_min,
+        f"below the target's minimum {ctx.driver_min}; the native wheel's CUDA code may not load",
+        f"use a host with driver >= {ctx.driver_min}",
+        still=f"record it: {ctx.refresh}",
+    )
+    out += _at_least(
+        by_kind.get("glibc"),
+        ctx.glibc,
+        f"below the target's {ctx.glibc}; locked manylinux wheels may not load",
+        f"use a host with glibc >= {ctx.glibc}",
+        still=ctx.refresh,
+    )
     for kind, why in (
         ("cuda-toolkit", "the installed wheels use torch's CUDA runtime; a native build needs it"),
         ("nccl", "NCCL comes with torch's wheels; tensor parallelism may behave differently"),
@@ -393,6 +372,18 @@ def _system(by_kind: dict[str, Change], ctx: DriftContext) -> list[Finding]:
                 )
             )
     return out
+
+
+def _at_least(
+    change: Change | None, minimum: str | None, below: str, fix: str, *, still: str
+) -> list[Finding]:
+    """A host fact the target sets a minimum for (the driver, glibc): an error below
+    ``minimum``, else a warning that the lock still holds (``still`` is its fix)."""
+    if change is None:
+        return []
+    if minimum and _numbers(change.live) < _numbers(minimum):
+        return [_finding("error", f"{change.describe()}: {below}", fix)]
+    return [_finding("warning", f"{change.describe()}: the lock still holds", still)]
 
 
 def _packages(changes: Sequence[Change], live: HostSnapshot, ctx: DriftContext) -> list[Finding]:
@@ -411,7 +402,9 @@ def _packages(changes: Sequence[Change], live: HostSnapshot, ctx: DriftContext) 
         dist = live.find(name)
         needs = "; ".join(f"{r.requirement} ({r.required_by})" for r in wants)
         if dist is None:
-            was = f"was {change.recorded}" if change else "recorded"
+            if change is None:  # absent when the lock was made too: not a change of the host
+                continue
+            was = f"was {change.recorded}"
             gone.append((f"{name} ({was})", f"{name} ({was}; needed: {needs})"))
             continue
         version = _ver(dist.version)

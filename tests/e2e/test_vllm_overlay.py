@@ -63,6 +63,10 @@ TORCH_CUDA_ONLY = frozenset(
         "nvidia-nvtx",
     }
 )
+CUTLASS_PTH_REASON = (
+    "nvidia_cutlass_dsl_packages.pth puts its vendored dsl_packages directory on sys.path at "
+    "start-up (vLLM's CUTLASS DSL kernels import from it)"
+)
 RECORD_WAIVER_REASON = (
     "PyNvVideoCodec 2.0.4 as published gives the wrong sha256 and size for .so files in its "
     "RECORD (pip and uv do not check); the wheel itself is pinned by sha256 in the lock"
@@ -238,6 +242,10 @@ lock = "locks/pylock.{PROFILE}.toml"
 [[overlay.record_waivers]]
 name = "pynvvideocodec"
 reason = "{RECORD_WAIVER_REASON}"
+
+[[overlay.allow_pth]]
+name = "nvidia-cutlass-dsl"
+reason = "{CUTLASS_PTH_REASON}"
 """
     path = host.project / "profiles" / f"{PROFILE}.toml"
     path.write_text(profile, encoding="utf-8")

@@ -215,3 +215,30 @@ def test_plan_and_doctor_say_what_changed_and_the_fix(
     messages = [f["message"] for f in data["findings"] if f["check"] == "host drift"]
     assert any("torch 2.10.0+cu128 -> 2.11.0+cu128" in m for m in messages)
     assert code != 0
+
+
+def test_what_the_host_never_had_is_no_drift() -> None:
+    """A requirement the lock leaves to the host that the recorded host did not have either
+    (waived, or an optional dependency) is not "gone": found by the real vLLM end-to-end run,
+    whose profile waives torchcodec."""
+    reliance = Reliance("never-there", "never-there>=1", "nativepkg 1.0")
+    context = attrs.evolve(CONTEXT, reliances=(*CONTEXT.reliances, reliance))
+    assert RECORDED.find("never-there") is None
+    found = drift_findings(RECORDED, RECORDED, context)
+    assert _bad(found) == [], [f.message for f in found]
+
+
+def test_a_waived_requirement_is_not_left_to_the_host() -> None:
+    from kvenv.model.profile import Waiver
+
+    relied = sorted({r.name for r in CONTEXT.reliances})
+    assert relied, "the Kaggle lock leaves something to the host"
+    name = relied[0]
+    host = attrs.evolve(
+        LOADED.profile.host,
+        waivers=[*LOADED.profile.host.waivers, Waiver(name=name, reason="not needed here")],
+    )
+    loaded = attrs.evolve(LOADED, profile=attrs.evolve(LOADED.profile, host=host))
+    assert LOCK is not None
+    context = drift_context(loaded, LOCK.lockfile)
+    assert name not in {r.name for r in context.reliances}
