@@ -211,9 +211,13 @@ def bench_apply(args: argparse.Namespace, work: Path) -> dict[str, Any]:
     def target(name: str, i: int) -> Path:
         return work / f"{name}-{i}"
 
+    # the host is the venv with CPU torch (the environment is stripped, so name it)
+    host_python = str(args.host_venv / "bin" / "python")
+
     def kvenv_warm(i: int) -> list[str]:
         root, cache = target("kvenv-root", i), args.kvenv_cache
-        return [kvenv, "apply", profile, "--offline", "--root", str(root), "--cache", str(cache)]
+        return [kvenv, "apply", profile, "--offline", "--root", str(root), "--cache", str(cache),
+                "--python", host_python]  # fmt: skip
 
     def kvenv_cold_store(i: int) -> list[str]:
         cache = target("kvenv-cache", i)
@@ -223,7 +227,8 @@ def bench_apply(args: argparse.Namespace, work: Path) -> dict[str, Any]:
             check=True,
         )
         root = target("kvenv-root-cold", i)
-        return [kvenv, "apply", profile, "--offline", "--root", str(root), "--cache", str(cache)]
+        return [kvenv, "apply", profile, "--offline", "--root", str(root), "--cache", str(cache),
+                "--python", host_python]  # fmt: skip
 
     def uv_install(cache: Path, i: int, name: str) -> list[str]:
         return [
