@@ -227,13 +227,13 @@ def _run(argv: Sequence[str] | None) -> int:
     if func is None:
         parser.print_help()
         return EXIT_BAD_INPUT
-    from kvenv.cli.hints import completer
+    from kvenv.cli.hints import completer, fix_command
 
-    args.fix_command = completer(build_parser, args)  # hints print runnable commands
+    args.fix_command = completer(build_parser)  # hints print runnable commands
     try:
         code: int = func(args)
     except KvenvError as error:
-        error.complete_commands(args.fix_command)
+        error.complete_commands(lambda words: fix_command(args, *words))
         from kvenv.cli._io import report_kvenv_error
 
         return report_kvenv_error(error, exit_code_for(error), as_json=as_json)

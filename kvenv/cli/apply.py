@@ -192,18 +192,14 @@ def _recorded(loaded: LoadedProfile) -> HostSnapshot | None:
     return recorded_host(loaded).snapshot
 
 
-def _again(command: str, args: argparse.Namespace, name: str | None = None) -> str:
-    """``kvenv COMMAND [PROFILE] [--root DIR]`` for a hint: the profile as the user gave it
-    (else ``name``) and the ``--root`` they gave, quoted for a POSIX shell."""
-    import shlex
+def _again(command: str, args: argparse.Namespace, name: str) -> str:
+    """``kvenv COMMAND`` for this invocation's profile (else ``name``) and paths, as
+    :func:`kvenv.cli.hints.fix_command` writes it."""
+    from kvenv.cli.hints import fix_command
 
-    parts = ["kvenv", command]
-    profile = args.profile or name
-    if profile:
-        parts.append(profile)
-    if args.root is not None:
-        parts += ["--root", args.root]
-    return shlex.join(parts)
+    if not args.profile:
+        args = argparse.Namespace(**{**vars(args), "profile": name})
+    return fix_command(args, command)
 
 
 # -- plan --------------------------------------------------------------------------------------
@@ -405,7 +401,7 @@ def cmd_activate(args: argparse.Namespace) -> int:
         if path is None:
             raise InputError(
                 f"nothing is applied for profile {loaded.profile.name} in {locations.root}",
-                hint=f"run `{_again('apply', args)}`",
+                hint="run `{kvenv apply}`",
             )
     assert path is not None
     manifest = read_manifest(path, root=root)

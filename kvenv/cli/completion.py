@@ -115,11 +115,12 @@ def _mark(parser: argparse.ArgumentParser, shtab: Any) -> None:
             for sub in action.choices.values():
                 _mark(sub, shtab)
         elif not action.option_strings and action.dest in _PROFILE_DESTS:
-            action.complete = {"bash": "_kvenv_profile_names", "zsh": "_kvenv_profile_names"}  # type: ignore[attr-defined]
+            names = {"bash": "_kvenv_profile_names", "zsh": "_kvenv_profile_names"}
+            setattr(action, "complete", names)  # shtab reads ``action.complete``
         elif _DIR_FLAGS & set(action.option_strings):
-            action.complete = shtab.DIRECTORY  # type: ignore[attr-defined]
+            setattr(action, "complete", shtab.DIRECTORY)
         elif _FILE_FLAGS & set(action.option_strings):
-            action.complete = shtab.FILE  # type: ignore[attr-defined]
+            setattr(action, "complete", shtab.FILE)
 
 
 def _options(parser: argparse.ArgumentParser) -> list[argparse.Action]:

@@ -27,12 +27,12 @@ def _subparser(parser: argparse.ArgumentParser, words: Sequence[str]) -> tuple[A
 
 
 def completer(
-    parser_for: Callable[[str], argparse.ArgumentParser], args: argparse.Namespace
-) -> Callable[[Sequence[str]], str]:
+    parser_for: Callable[[str], argparse.ArgumentParser],
+) -> Callable[[argparse.Namespace, Sequence[str]], str]:
     """The function that writes ``words`` (``("apply", "--repair")``) as the full command line
-    for this invocation: ``kvenv apply PROFILE --repair --root DIR …``."""
+    for an invocation's ``args``: ``kvenv apply PROFILE --repair --root DIR …``."""
 
-    def complete(words: Sequence[str]) -> str:
+    def complete(args: argparse.Namespace, words: Sequence[str]) -> str:
         import shlex
 
         found, used = _subparser(parser_for(words[0]), words)
@@ -58,12 +58,14 @@ def completer(
 def fix_command(args: argparse.Namespace, *words: str) -> str:
     """``words`` as the command line to print for ``args``' invocation (see :func:`completer`;
     the CLI binds it to ``args`` before running a command)."""
-    bound: Callable[[Sequence[str]], str] | None = getattr(args, "fix_command", None)
+    bound: Callable[[argparse.Namespace, Sequence[str]], str] | None = getattr(
+        args, "fix_command", None
+    )
     if bound is None:
         import shlex
 
         return shlex.join(["kvenv", *words])
-    return bound(words)
+    return bound(args, words)
 
 
 def fill_fixes(args: argparse.Namespace, text: str) -> str:

@@ -34,6 +34,17 @@ INDEX_ENV = (
     "UV_FIND_LINKS",
 )
 
+# The host's torch in the tests' snapshots (a CPU build; its own requirement, filelock).
+HOST_TORCH: dict[str, Any] = {"name": "torch", "version": "2.10.0+cpu", "requires": ["filelock"]}
+
+
+def isolate_index_env(monkeypatch: Any, cache: Path) -> None:
+    """No index setting from the environment (pip's, uv's), and ``KVENV_CACHE_DIR`` at
+    ``cache``: a lock test sees only the index and cache it sets up."""
+    for key in INDEX_ENV:
+        monkeypatch.delenv(key, raising=False)
+    monkeypatch.setenv("KVENV_CACHE_DIR", str(cache))
+
 
 def write_project(
     root: Path,

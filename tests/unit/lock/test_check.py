@@ -20,10 +20,9 @@ from kvenv.lock.pylock import parse_lock, read_lock, write_lock
 from kvenv.lock.sources import IndexConfig
 from kvenv.model.loading import LoadedProfile, load_profile
 from kvenv.model.snapshot import read_snapshot
-from tests.support.lockenv import basic_house, write_project
+from tests.support.lockenv import HOST_TORCH, basic_house, write_project
 from tests.support.paths import REPO
 
-HOST_TORCH = {"name": "torch", "version": "2.10.0+cpu", "requires": ["filelock"]}
 ROOT = REPO
 
 

@@ -16,17 +16,19 @@ from kvenv.errors import ConflictError, FetchError
 from kvenv.lock.engine import LockOptions, lock_profile, parse_exclude_newer
 from kvenv.lock.sources import IndexConfig, index_config
 from kvenv.model.loading import LoadedProfile
-from tests.support.lockenv import INDEX_ENV, basic_house, serve_index, write_project
+from tests.support.lockenv import (
+    HOST_TORCH,
+    basic_house,
+    isolate_index_env,
+    serve_index,
+    write_project,
+)
 from tests.support.wheels import build_wheel
-
-HOST_TORCH = {"name": "torch", "version": "2.10.0+cpu", "requires": ["filelock"]}
 
 
 @pytest.fixture(autouse=True)
 def _isolated(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    for key in INDEX_ENV:
-        monkeypatch.delenv(key, raising=False)
-    monkeypatch.setenv("KVENV_CACHE_DIR", str(tmp_path / "cache"))
+    isolate_index_env(monkeypatch, tmp_path / "cache")
 
 
 def house_opts(house: Path, tmp_path: Path, **kw: Any) -> LockOptions:

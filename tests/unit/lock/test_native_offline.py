@@ -12,16 +12,18 @@ from kvenv.errors import FetchError
 from kvenv.lock.engine import LockOptions, lock_profile
 from kvenv.lock.sources import IndexConfig
 from kvenv.model.loading import LoadedProfile, load_profile
-from tests.support.lockenv import INDEX_ENV, basic_house, serve_index, write_project
-
-HOST_TORCH = {"name": "torch", "version": "2.10.0+cpu", "requires": ["filelock"]}
+from tests.support.lockenv import (
+    HOST_TORCH,
+    basic_house,
+    isolate_index_env,
+    serve_index,
+    write_project,
+)
 
 
 @pytest.fixture(autouse=True)
 def _isolated(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    for key in INDEX_ENV:
-        monkeypatch.delenv(key, raising=False)
-    monkeypatch.setenv("KVENV_CACHE_DIR", str(tmp_path / "cache"))
+    isolate_index_env(monkeypatch, tmp_path / "cache")
 
 
 def _index_native(tmp_path: Path) -> tuple[LoadedProfile, Path]:

@@ -24,17 +24,19 @@ from kvenv.lock.pylock import write_lock
 from kvenv.lock.sources import IndexConfig
 from kvenv.model.loading import LoadedProfile
 from kvenv.plan.artifacts import Artifact, artifacts_for
-from tests.support.lockenv import INDEX_ENV, basic_house, serve_index, write_project
+from tests.support.lockenv import (
+    HOST_TORCH,
+    basic_house,
+    isolate_index_env,
+    serve_index,
+    write_project,
+)
 from tests.support.wheels import build_wheel, sha256_of
-
-HOST_TORCH = {"name": "torch", "version": "2.10.0+cpu", "requires": ["filelock"]}
 
 
 @pytest.fixture(autouse=True)
 def _isolated(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    for key in INDEX_ENV:
-        monkeypatch.delenv(key, raising=False)
-    monkeypatch.setenv("KVENV_CACHE_DIR", str(tmp_path / "lock-cache"))
+    isolate_index_env(monkeypatch, tmp_path / "lock-cache")
 
 
 @pytest.fixture
