@@ -9,8 +9,6 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import TypeVar
 
-import attrs
-
 _E = TypeVar("_E", bound="KvenvError")
 
 
@@ -29,14 +27,56 @@ def fill_commands(text: str, complete: Callable[[Sequence[str]], str] = _plain_c
     return re.sub(r"\{kvenv ([^{}]+)\}", lambda m: complete(m.group(1).split()), text)
 
 
-@attrs.frozen
 class Problem:
-    """One thing wrong with one input: where (file and ``$.json.path``), what, and the fix."""
+    """One thing wrong with one input: where (file and ``$.json.path``), what, and the fix.
 
+    A plain immutable value class, not attrs: ``kvenv.errors`` is imported by every command,
+    and attrs costs 20 ms to import (issue 13's start-up budgets)."""
+
+    __slots__ = ("message", "file", "path", "fix")
     message: str
-    file: str | None = None
-    path: str | None = None
-    fix: str | None = None
+    file: str | None
+    path: str | None
+    fix: str | None
+
+    def __init__(
+        self,
+        message: str,
+        file: str | None = None,
+        path: str | None = None,
+        fix: str | None = None,
+    ) -> None:
+        for name, value in (("message", message), ("file", file), ("path", path), ("fix", fix)):
+            object.__setattr__(self, name, value)
+
+    def __setattr__(self, name: str, value: object) -> None:
+        raise AttributeError(f"Problem is immutable: cannot set {name!r}")
+
+    def _key(self) -> tuple[str, str | None, str | None, str | None]:
+        return (self.message, self.file, self.path, self.fix)
+
+    def __eq__(self, other: object) -> bool:
+        return self._key() == other._key() if isinstance(other, Problem) else NotImplemented
+
+    def __hash__(self) -> int:
+        return hash(self._key())
+
+    def __repr__(self) -> str:
+        return (
+            f"Problem(message={self.message!r}, file={self.file!r}, path={self.path!r}, "
+            f"fix={self.fix!r})"
+        )
+
+    def replace(self, **changes: str | None) -> Problem:
+        """A copy with ``changes`` (the fields by name) applied."""
+        fields = dict(message=self.message, file=self.file, path=self.path, fix=self.fix)
+        unknown = set(changes) - set(fields)
+        if unknown:
+            raise TypeError(f"Problem has no field {sorted(unknown)[0]!r}")
+        fields.update(changes)
+        message = fields.pop("message")
+        assert message is not None
+        return Problem(message, **fields)
 
     def render(self) -> str:
         where = ""
@@ -73,7 +113,7 @@ class KvenvError(Exception):
         (library use), they read ``kvenv VERB ARGS``."""
         problems, hint = self._templates
         self.problems = tuple(
-            attrs.evolve(p, fix=fill_commands(p.fix, complete)) if p.fix else p for p in problems
+            p.replace(fix=fill_commands(p.fix, complete)) if p.fix else p for p in problems
         )
         self.hint = fill_commands(hint, complete) if hint else hint
 

@@ -140,10 +140,21 @@ def _load(args: argparse.Namespace) -> tuple[LoadedProfile, Locations]:
 
     loaded = load_profile(args.profile)
     locations = resolve_locations(loaded.profile, root=args.root, cache=args.cache)
+    remember_profile(loaded, args)
     detail(f"profile {loaded.profile.name}: {loaded.path} ({loaded.origin})")
     detail(f"runtime root: {locations.root} (from {locations.root_from})")
     detail(f"cache: {locations.cache} (from {locations.cache_from})")
     return loaded, locations
+
+
+def remember_profile(loaded: LoadedProfile, args: argparse.Namespace) -> None:
+    """Record the facts of a profile that loaded, for the start-up paths that need only them
+    (:mod:`kvenv.model.facts`); nothing when the record is already current."""
+    from kvenv.model.facts import cached_facts, remember_facts
+
+    cache = getattr(args, "cache", None)
+    if cached_facts(args.profile, cache=cache) is None:
+        remember_facts(loaded, args.profile, cache=cache)
 
 
 def host_python(args: argparse.Namespace, loaded: LoadedProfile) -> HostPython:

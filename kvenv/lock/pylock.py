@@ -369,7 +369,7 @@ def _structure(raw: Mapping[str, Any], cls: type[Any], file: str, prefix: str) -
         return convert.structure(_snake(dict(raw)), cls, file=file, what="lock table")
     except InputError as exc:
         problems = [
-            attrs.evolve(p, path=prefix + (_unsnake_path(p.path) or "$")[1:]) for p in exc.problems
+            p.replace(path=prefix + (_unsnake_path(p.path) or "$")[1:]) for p in exc.problems
         ]
         raise LockError(f"invalid lock: {file}", problems=problems) from None
 

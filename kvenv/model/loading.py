@@ -19,6 +19,7 @@ from kvenv._util import tomlio
 from kvenv._util.resources import data_dir
 from kvenv.errors import InputError, Problem, ProfileError, ProfileNotReadable
 from kvenv.model import convert
+from kvenv.model.places import ENV_DEFAULT, ENV_PATH
 from kvenv.model.profile import (
     HfSource,
     IndexSource,
@@ -32,8 +33,6 @@ if TYPE_CHECKING:
 
 DEFAULT_PROFILE = "kaggle-t4x2-cu128"
 SCHEMA_LINE = "#:schema ../schemas/profile.schema.json"
-ENV_PATH = "KVENV_PROFILE_PATH"
-ENV_DEFAULT = "KVENV_PROFILE"
 
 
 @attrs.frozen
@@ -268,7 +267,7 @@ def load_profile(ref: str | None = None, *, cwd: Path | None = None) -> LoadedPr
     try:
         profile = convert.structure(merged, Profile, file=str(path), what="profile")
     except InputError as exc:
-        problems = [attrs.evolve(p, file=str(_owner(p.path or "$", chain))) for p in exc.problems]
+        problems = [p.replace(file=str(_owner(p.path or "$", chain))) for p in exc.problems]
         raise ProfileError(f"invalid profile: {path}", problems=problems) from None
     problems = check_profile(profile, file=str(path))
     if problems:

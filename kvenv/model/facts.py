@@ -1,0 +1,281 @@
+"""What the start-up paths need to know about a profile, without building the profile.
+
+Loading a profile (TOML, ``extends``, cattrs structuring into the attrs model, every check)
+costs more than the whole budget of ``kvenv activate`` (issue 13), and the answer is a pure
+function of the profile's files. So once a profile has loaded and validated, the CLI records
+its facts (:func:`remember_facts`): name, file, origin, digest, ``[paths]``, ``[host] python``,
+the lock's path and the native pin. A later command that needs only these reads the record
+(:func:`cached_facts`), which imports nothing heavier than ``json`` and ``hashlib``.
+
+A record is used only while everything that decided it is unchanged, else it is a miss and
+the command loads the profile as before (a record never makes a command fail):
+
+- the same reference (name or path), working directory and ``$KVENV_PROFILE_PATH`` /
+  ``$KVENV_PROFILE`` (they are the record's key);
+- the bytes of every file of the ``extends`` chain (sha256 of each, read again every time:
+  profiles are a few KB);
+- every directory a name is looked up in (the project's ``profiles/``, each
+  ``$KVENV_PROFILE_PATH`` entry, the built-ins, and the directory of every file of the chain)
+  by its identity (device, inode, mtime): a profile added, removed or renamed there changes
+  the directory's mtime, so a name can never silently resolve to another file;
+- kvenv's model code (``kvenv/model/*.py`` and ``kvenv/__init__.py``, by identity): a
+  different kvenv (another digest rule, another check) never reuses another's verdict.
+
+Only a profile that loaded without problems is recorded; an invalid one always takes the full
+path, which reports every problem.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from collections.abc import Mapping
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from kvenv.model.loading import LoadedProfile
+
+FACTS_DIR = "profile-facts-v1"
+_KEEP = 64  # records kept; the oldest go when more are written
+
+
+class ProfileFacts:
+    """A validated profile's facts, as :func:`remember_facts` recorded them."""
+
+    __slots__ = ("_data",)
+
+    def __init__(self, data: Mapping[str, Any]) -> None:
+        self._data = dict(data)
+
+    @property
+    def name(self) -> str:
+        return str(self._data["name"])
+
+    @property
+    def path(self) -> Path:
+        return Path(self._data["path"])
+
+    @property
+    def origin(self) -> str:
+        return str(self._data["origin"])
+
+    @property
+    def digest(self) -> str:
+        return str(self._data["digest"])
+
+    @property
+    def chain(self) -> tuple[Path, ...]:
+        return tuple(Path(p) for p, _ in self._data["files"])
+
+    @property
+    def configured_root(self) -> str | None:
+        value = self._data["paths_root"]
+        return None if value is None else str(value)
+
+    @property
+    def configured_cache(self) -> str | None:
+        value = self._data["paths_cache"]
+        return None if value is None else str(value)
+
+    @property
+    def host_python(self) -> Path | None:
+        value = self._data["host_python"]
+        return None if value is None else Path(value)
+
+    @property
+    def lock_path(self) -> Path:
+        return Path(self._data["lock"])
+
+    @property
+    def has_target(self) -> bool:
+        return bool(self._data["has_target"])
+
+    @property
+    def native(self) -> dict[str, Any] | None:
+        """name, version, sha256, size (or None) and kind of the pinned native wheel; None
+        for a profile that pins none."""
+        native = self._data["native"]
+        return None if native is None else dict(native)
+
+    @property
+    def owner(self) -> tuple[str, str | None]:
+        """(name, file) as a runtime root records its owner (the file is None for a
+        built-in profile), as :func:`kvenv.env.root.owner_of` gives it."""
+        return self.name, (None if self.origin == "builtin" else str(self.path.resolve()))
+
+
+def facts_dir(cache: str | Path | None = None, environ: Mapping[str, str] | None = None) -> Path:
+    """Where records live: under ``--cache`` when given, else ``$KVENV_CACHE_DIR``, else the
+    user cache (a profile's own ``[paths] cache`` is not known before it is loaded)."""
+    from kvenv.model.places import ENV_CACHE, default_cache_dir, given_path
+
+    env = os.environ if environ is None else environ
+    if cache is not None:
+        base = given_path(cache, "--cache")
+    elif env.get(ENV_CACHE):
+        base = given_path(env[ENV_CACHE], f"${ENV_CACHE}")
+    else:
+        base = default_cache_dir()
+    return base / FACTS_DIR
+
+
+def _key(ref: str | None, cwd: Path, env: Mapping[str, str]) -> str:
+    from kvenv import __version__
+    from kvenv.model.places import ENV_DEFAULT, ENV_PATH
+
+    parts = [__version__, ref, str(cwd), env.get(ENV_PATH), None if ref else env.get(ENV_DEFAULT)]
+    return hashlib.sha256(json.dumps(parts).encode()).hexdigest()[:32]
+
+
+def _dir_identity(path: Path) -> list[int] | None:
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    return [st.st_dev, st.st_ino, st.st_mtime_ns]
+
+
+def _file_sha(path: Path) -> str | None:
+    try:
+        with open(path, "rb") as stream:
+            return hashlib.sha256(stream.read()).hexdigest()
+    except OSError:
+        return None
+
+
+def _code_identity() -> list[list[Any]]:
+    package = Path(__file__).resolve().parent.parent
+    found: list[list[Any]] = []
+    for path in [package / "__init__.py", *sorted((package / "model").glob("*.py"))]:
+        try:
+            st = os.stat(path)
+        except OSError:
+            continue
+        found.append([path.name, st.st_size, st.st_mtime_ns, st.st_ino])
+    return found
+
+
+def _lookup_dirs(chain: list[Path], cwd: Path, env: Mapping[str, str]) -> list[str]:
+    from kvenv._util.resources import data_dir
+    from kvenv.model.places import ENV_PATH
+
+    dirs = [cwd / "profiles"]
+    dirs += [Path(e).expanduser() for e in env.get(ENV_PATH, "").split(os.pathsep) if e]
+    dirs.append(data_dir("profiles"))
+    dirs += [p.parent for p in chain]
+    return list(dict.fromkeys(str(d) for d in dirs))
+
+
+def remember_facts(
+    loaded: LoadedProfile,
+    ref: str | None,
+    *,
+    cache: str | Path | None = None,
+    cwd: Path | None = None,
+    environ: Mapping[str, str] | None = None,
+) -> None:
+    """Record ``loaded`` (loaded from ``ref``, valid) for :func:`cached_facts`. Best effort:
+    a record that cannot be written is simply not there next time."""
+    from kvenv._util.atomic import write_bytes
+
+    env = os.environ if environ is None else environ
+    here = cwd or Path.cwd()
+    chain = list(loaded.chain)
+    files = [[str(p), _file_sha(p)] for p in chain]
+    if any(sha is None for _, sha in files):
+        return
+    profile = loaded.profile
+    native = profile.native
+    dirs = _lookup_dirs(chain, here, env)
+    host_python = loaded.host_python_path
+    data = {
+        "files": files,
+        "dirs": [[d, _dir_identity(Path(d))] for d in dirs],
+        "code": _code_identity(),
+        "name": profile.name,
+        "path": str(loaded.path),
+        "origin": loaded.origin,
+        "digest": loaded.digest,
+        "paths_root": profile.paths.root,
+        "paths_cache": profile.paths.cache,
+        "host_python": None if host_python is None else str(host_python),
+        "lock": str(loaded.lock_path),
+        "has_target": profile.target is not None,
+        "native": None
+        if native is None
+        else {
+            "name": native.name,
+            "version": native.version,
+            "sha256": native.sha256,
+            "size": native.size,
+            "kind": native.source.kind,
+        },
+    }
+    try:
+        directory = facts_dir(cache, env)
+        directory.mkdir(parents=True, exist_ok=True)
+        target = directory / f"{_key(ref, here, env)}.json"
+        write_bytes(target, json.dumps(data, sort_keys=True).encode(), durable=False)
+        _trim(directory)
+    except OSError:
+        return
+
+
+def _trim(directory: Path) -> None:
+    entries = sorted(directory.glob("*.json"), key=lambda p: p.stat().st_mtime_ns)
+    for old in entries[:-_KEEP]:
+        old.unlink(missing_ok=True)
+
+
+def cached_facts(
+    ref: str | None,
+    *,
+    cache: str | Path | None = None,
+    cwd: Path | None = None,
+    environ: Mapping[str, str] | None = None,
+) -> ProfileFacts | None:
+    """The recorded facts of the profile ``ref`` names, or None (no record, or anything that
+    decided it changed: see the module's docstring)."""
+    env = os.environ if environ is None else environ
+    here = cwd or Path.cwd()
+    try:
+        record = facts_dir(cache, env) / f"{_key(ref, here, env)}.json"
+        data = json.loads(record.read_bytes())
+    except (OSError, ValueError):
+        return None
+    try:
+        if data["code"] != _code_identity():
+            return None
+        for path, sha in data["files"]:
+            if _file_sha(Path(path)) != sha:
+                return None
+        for directory, identity in data["dirs"]:
+            if _dir_identity(Path(directory)) != identity:
+                return None
+        if not _well_formed(data):
+            return None
+    except (KeyError, TypeError, ValueError):
+        return None
+    return ProfileFacts(data)
+
+
+def _well_formed(data: Mapping[str, Any]) -> bool:
+    strings = ("name", "path", "origin", "digest", "lock")
+    optional = ("paths_root", "paths_cache", "host_python")
+    native = data["native"]
+    return (
+        all(isinstance(data[k], str) for k in strings)
+        and all(data[k] is None or isinstance(data[k], str) for k in optional)
+        and isinstance(data["has_target"], bool)
+        and (
+            native is None
+            or (
+                isinstance(native, dict)
+                and all(
+                    isinstance(native.get(k), str) for k in ("name", "version", "sha256", "kind")
+                )
+            )
+        )
+    )

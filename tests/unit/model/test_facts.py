@@ -1,0 +1,124 @@
+"""The recorded facts of a profile (kvenv.model.facts): equal to loading it, and never used
+once anything that decided them changed."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from kvenv.model.facts import cached_facts, facts_dir, remember_facts
+from kvenv.model.loading import load_profile
+
+PARENT = """\
+schema = 1
+name = "base"
+description = "parent"
+[host]
+protected = ["torch"]
+[native]
+name = "vllm"
+version = "0.31.0"
+sha256 = "{sha}"
+[native.source]
+kind = "hf"
+repo = "org/wheels"
+revision = "0123456789abcdef0123456789abcdef01234567"
+filename = "vllm-0.31.0-cp38-abi3-manylinux_2_31_x86_64.whl"
+"""
+
+CHILD = """\
+schema = 1
+name = "child"
+extends = "base.toml"
+description = "child"
+[paths]
+root = "/srv/kvenv-root"
+"""
+
+
+@pytest.fixture
+def project(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    profiles = tmp_path / "proj" / "profiles"
+    profiles.mkdir(parents=True)
+    (profiles / "base.toml").write_text(PARENT.format(sha="a" * 64))
+    (profiles / "child.toml").write_text(CHILD)
+    monkeypatch.chdir(tmp_path / "proj")
+    monkeypatch.setenv("KVENV_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.delenv("KVENV_PROFILE_PATH", raising=False)
+    return profiles
+
+
+def _remember(ref: str) -> None:
+    remember_facts(load_profile(ref), ref)
+
+
+def test_facts_equal_the_loaded_profile(project: Path) -> None:
+    assert cached_facts("child") is None
+    _remember("child")
+    facts = cached_facts("child")
+    loaded = load_profile("child")
+    assert facts is not None
+    assert facts.name == "child" and facts.origin == "project"
+    assert facts.path == loaded.path and facts.digest == loaded.digest
+    assert facts.chain == loaded.chain
+    assert facts.configured_root == "/srv/kvenv-root" and facts.configured_cache is None
+    assert facts.lock_path == loaded.lock_path
+    assert facts.native is not None and facts.native["sha256"] == "a" * 64
+    assert facts.owner == ("child", str(loaded.path.resolve()))
+
+
+def test_a_parent_edited_is_a_miss(project: Path) -> None:
+    _remember("child")
+    (project / "base.toml").write_text(PARENT.format(sha="b" * 64))
+    assert cached_facts("child") is None
+    _remember("child")
+    facts = cached_facts("child")
+    assert facts is not None and facts.native is not None
+    assert facts.native["sha256"] == "b" * 64
+
+
+def test_a_profile_added_where_names_are_looked_up_is_a_miss(
+    project: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    monkeypatch.setenv("KVENV_PROFILE_PATH", str(elsewhere))
+    _remember("child")
+    assert cached_facts("child") is not None
+    (elsewhere / "unrelated.toml").write_text("")
+    assert cached_facts("child") is None  # the directory changed: looked up again
+
+
+def test_another_reference_cwd_or_cache_is_another_record(
+    project: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _remember("child")
+    assert cached_facts("profiles/child.toml") is None
+    assert cached_facts("child", cache=tmp_path / "other-cache") is None
+    monkeypatch.chdir(tmp_path)
+    assert cached_facts("child") is None
+
+
+@pytest.mark.parametrize("damage", [b"", b"{not json", b'{"files": []}', b"[1, 2]"])
+def test_a_damaged_record_is_a_miss(project: Path, damage: bytes) -> None:
+    _remember("child")
+    (record,) = facts_dir().glob("*.json")
+    record.write_bytes(damage)
+    assert cached_facts("child") is None
+
+
+def test_a_field_of_the_wrong_type_is_a_miss(project: Path) -> None:
+    _remember("child")
+    (record,) = facts_dir().glob("*.json")
+    record.write_text(record.read_text().replace('"name": "child"', '"name": 7'))
+    assert cached_facts("child") is None
+
+
+def test_an_unwritable_cache_is_no_error(project: Path, tmp_path: Path) -> None:
+    blocker = tmp_path / "file-not-dir"
+    blocker.write_text("")
+    remember_facts(load_profile("child"), "child", cache=blocker)
+    assert cached_facts("child", cache=blocker) is None
+    assert not os.path.isdir(blocker)
