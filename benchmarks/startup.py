@@ -62,6 +62,9 @@ def main() -> int:
     parser.add_argument("--kvenv", action="append", required=True, metavar="LABEL=PATH")
     parser.add_argument("--rounds", type=int, default=15)
     parser.add_argument("--out", type=Path, default=REPO / "benchmarks/results/startup.json")
+    parser.add_argument(
+        "--keep", action="store_true", help="keep the work directory (to profile a command in it)"
+    )
     args = parser.parse_args()
     kvenvs = {}
     for item in args.kvenv:
@@ -81,6 +84,13 @@ def main() -> int:
         for label, path in kvenvs.items()
     }
     first = next(iter(kvenvs))
+    wheels = str(Path(profile).parent.parent / "wheels")
+    subprocess.run(  # a real lock, so `lock --check` times a check that passes
+        [str(kvenvs[first]), "lock", profile, "--find-links", wheels, "--no-index"],
+        env=envs[first],
+        check=True,
+        capture_output=True,
+    )
     subprocess.run(
         [str(kvenvs[first]), "bundle", profile, "-o", str(bundle)],
         env=envs[first],
@@ -105,8 +115,10 @@ def main() -> int:
             if argv is None:
                 continue
             done = subprocess.run([str(path), *argv], env=envs[label], capture_output=True)
-            if done.returncode not in (0, 1) or (
-                argv[0] == "apply" and b"up to date" not in done.stdout
+            if (
+                done.returncode not in (0, 1)
+                or (argv[0] == "apply" and b"up to date" not in done.stdout)
+                or (argv[:2] == ["lock", "--check"] and done.returncode != 0)
             ):
                 raise SystemExit(
                     f"{label}: kvenv {' '.join(argv)}: {done.stdout!r} {done.stderr!r}"
@@ -155,7 +167,10 @@ def main() -> int:
         rows_of = [results[label][name] for label in labels]
         cells = "".join(f"{r['median_ms']:>14.1f} ({r['above_bare_ms']:+6.1f})" for r in rows_of)
         print(f"{name:<22}{cells}")
-    shutil.rmtree(work, ignore_errors=True)
+    if args.keep:
+        print(f"kept {work} (profile {profile}, bundle {bundle})")
+    else:
+        shutil.rmtree(work, ignore_errors=True)
     print(f"wrote {args.out}")
     return 0
 

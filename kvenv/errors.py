@@ -6,10 +6,14 @@ Every error kvenv raises on purpose derives from :class:`KvenvError`. Only the C
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
-from typing import TypeVar
+# ``typing`` and ``collections.abc`` only for the type checker: every command imports this
+# module, ``kvenv activate`` among them (issue 13's start-up budgets).
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Callable, Sequence
+    from typing import TypeVar
 
-_E = TypeVar("_E", bound="KvenvError")
+    _E = TypeVar("_E", bound="KvenvError")
 
 
 def _plain_command(words: Sequence[str]) -> str:
@@ -33,7 +37,7 @@ class Problem:
     A plain immutable value class, not attrs: ``kvenv.errors`` is imported by every command,
     and attrs costs 20 ms to import (issue 13's start-up budgets)."""
 
-    __slots__ = ("message", "file", "path", "fix")
+    __slots__ = ("file", "fix", "message", "path")
     message: str
     file: str | None
     path: str | None

@@ -27,6 +27,14 @@ def loads(text: str, *, file: str) -> dict[str, Any]:
 
 def read(path: Path, *, max_bytes: int | None = None, what: str = "file") -> dict[str, Any]:
     """The TOML document at ``path``; with ``max_bytes``, a larger file is refused unread."""
+    return read_hashed(path, max_bytes=max_bytes, what=what)[0]
+
+
+def read_hashed(
+    path: Path, *, max_bytes: int | None = None, what: str = "file"
+) -> tuple[dict[str, Any], str]:
+    """:func:`read`, and the sha256 (hex) of the very bytes parsed: what a record of the
+    result (``kvenv.model.facts``) is keyed by, with no window for an edit in between."""
     try:
         with path.open("rb") as stream:
             raw = stream.read() if max_bytes is None else stream.read(max_bytes + 1)
@@ -45,7 +53,9 @@ def read(path: Path, *, max_bytes: int | None = None, what: str = "file") -> dic
         text = raw.decode("utf-8")
     except UnicodeDecodeError:
         raise InputError(f"not UTF-8 text: {path}", hint="TOML files are UTF-8") from None
-    return loads(text, file=str(path))
+    import hashlib
+
+    return loads(text, file=str(path)), hashlib.sha256(raw).hexdigest()
 
 
 def dumps(data: dict[str, Any]) -> str:

@@ -230,8 +230,14 @@ def _run(argv: Sequence[str] | None) -> int:
     from kvenv.cli.hints import completer, fix_command
 
     args.fix_command = completer(build_parser)  # hints print runnable commands
+    # Records a command keeps for the next one (a profile's facts): written only once it
+    # succeeded, so a refused command leaves nothing behind.
+    args.on_success = []
     try:
         code: int = func(args)
+        if code == EXIT_OK:
+            for record in args.on_success:
+                record()
     except KvenvError as error:
         error.complete_commands(lambda words: fix_command(args, *words))
         from kvenv.cli._io import report_kvenv_error

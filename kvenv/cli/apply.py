@@ -17,6 +17,8 @@ from kvenv.cli.exitcodes import EXIT_CHECK_FAILED, EXIT_CONFLICT, EXIT_OK
 if TYPE_CHECKING:
     from pathlib import Path
 
+    from kvenv.cli.quick import Recorder
+    from kvenv.fetch.bundle import BundleInfo
     from kvenv.model.loading import LoadedProfile
     from kvenv.model.locations import Locations
     from kvenv.model.snapshot import HostSnapshot
@@ -140,7 +142,9 @@ def _load(args: argparse.Namespace) -> tuple[LoadedProfile, Locations]:
 
     loaded = load_profile(args.profile)
     locations = resolve_locations(loaded.profile, root=args.root, cache=args.cache)
-    remember_profile(loaded, args)
+    on_success = getattr(args, "on_success", None)
+    if on_success is not None:  # recorded for the start-up paths once the command succeeded
+        on_success.append(lambda: remember_profile(loaded, args))
     detail(f"profile {loaded.profile.name}: {loaded.path} ({loaded.origin})")
     detail(f"runtime root: {locations.root} (from {locations.root_from})")
     detail(f"cache: {locations.cache} (from {locations.cache_from})")
@@ -149,12 +153,10 @@ def _load(args: argparse.Namespace) -> tuple[LoadedProfile, Locations]:
 
 def remember_profile(loaded: LoadedProfile, args: argparse.Namespace) -> None:
     """Record the facts of a profile that loaded, for the start-up paths that need only them
-    (:mod:`kvenv.model.facts`); nothing when the record is already current."""
-    from kvenv.model.facts import cached_facts, remember_facts
+    (:mod:`kvenv.model.facts`); best effort, nothing when the record is already current."""
+    from kvenv.model.facts import remember_facts
 
-    cache = getattr(args, "cache", None)
-    if cached_facts(args.profile, cache=cache) is None:
-        remember_facts(loaded, args.profile, cache=cache)
+    remember_facts(loaded, args.profile, cache=getattr(args, "cache", None))
 
 
 def host_python(args: argparse.Namespace, loaded: LoadedProfile) -> HostPython:
@@ -178,11 +180,15 @@ def host_python(args: argparse.Namespace, loaded: LoadedProfile) -> HostPython:
 
 
 def _host(
-    snapshot: str | None, python: HostPython | None = None, cache: Path | None = None
+    snapshot: str | None,
+    python: HostPython | None = None,
+    cache: Path | None = None,
+    recorder: Recorder | None = None,
 ) -> HostSnapshot:
     """The host snapshot: a file when given, else one probe of the host interpreter (in
     process only when it is kvenv's own; another interpreter's own facts are memoized under
-    ``cache`` while its files are unchanged)."""
+    ``cache`` while its files are unchanged). With ``recorder``, the probe's reads are kept
+    there too (the live host's identity: :mod:`kvenv.probe.hostmemo`)."""
     from pathlib import Path
 
     if snapshot:
@@ -191,9 +197,15 @@ def _host(
         return read_snapshot(Path(snapshot))
     from kvenv.probe.host import take_snapshot
 
-    if python is None or python.own:
+    own = python is None or python.own
+    memo = cache / "probes" if cache is not None and not own else None
+    if recorder is not None:
+        from kvenv.probe.hostmemo import watch_probe
+
+        snap, recorder.host = watch_probe(None if own or python is None else python.path, memo)
+        return snap  # type: ignore[no-any-return]
+    if own or python is None:
         return take_snapshot()
-    memo = cache / "probes" if cache is not None else None
     return take_snapshot(python=python.path, memo=memo)
 
 
@@ -272,41 +284,80 @@ def cmd_plan(args: argparse.Namespace) -> int:
 # -- apply -------------------------------------------------------------------------------------
 
 
-def cmd_apply(args: argparse.Namespace) -> int:
-    from kvenv.env.apply import ApplyOptions, apply, plan_apply
+def _open_bundle(args: argparse.Namespace, quick: bool) -> BundleInfo:
+    """Open and verify ``--from``'s bundle. Files an earlier apply verified and that are
+    unchanged since are not re-hashed (kvenv.fetch.bundleseal); --repair hashes every file.
+    Recorded for :func:`kvenv.cli.quick.recalled_bundle`."""
+    from pathlib import Path
 
+    from kvenv.fetch.bundle import open_bundle
+    from kvenv.fetch.cache import default_cache_root
+
+    recorder = None
+    if quick:
+        from kvenv.cli.quick import BundleRecorder
+
+        recorder = BundleRecorder(args)  # the bundle's files, before they are read
+    cache = Path(args.cache).expanduser() if args.cache else default_cache_root()
+    seals = None if args.repair else cache
+    bundle = open_bundle(Path(args.bundle), seals=seals)  # opened and verified once
+    if recorder is not None:
+        recorder.remember(str(bundle.profile_path))
+    return bundle
+
+
+def cmd_apply(args: argparse.Namespace) -> int:
+    quick = not (args.dry_run or args.strict or args.json or args.repair)
     bundle = None
     if args.bundle:
-        from pathlib import Path
+        known = None
+        if quick:  # opened and verified by an earlier apply, no file changed since
+            from kvenv.cli.quick import recalled_bundle
 
-        from kvenv.fetch.bundle import open_bundle
-        from kvenv.fetch.cache import default_cache_root
-
-        # Files an earlier apply verified and that are unchanged since are not re-hashed
-        # (kvenv.fetch.bundleseal); --repair hashes every file.
-        cache = Path(args.cache).expanduser() if args.cache else default_cache_root()
-        seals = None if args.repair else cache
-        bundle = open_bundle(Path(args.bundle), seals=seals)  # opened and verified once
+            known = recalled_bundle(args)
+        if known is None:
+            bundle = _open_bundle(args, quick)
+            known = str(bundle.profile_path)
         if args.profile is None:
-            args.profile = str(bundle.profile_path)  # the bundle's own
+            args.profile = known  # the bundle's own
     import os
 
+    if quick:  # a no-op by an answer recorded below (kvenv.cli.quick)
+        from kvenv.cli.quick import recalled_noop
+
+        recalled = recalled_noop(args)
+        if recalled is not None:
+            noted, generation, root = recalled
+            if noted.note:
+                err(f"note: {noted.note}")
+            out(f"already up to date: generation {generation} in {root}; nothing to do")
+            return EXIT_OK
+    if args.bundle and bundle is None:
+        bundle = _open_bundle(args, quick)  # the full path installs from it: open it now
     from kvenv.env.generations import keep_count
 
     keep = keep_count(args.keep, os.environ)
     loaded, locations = _load(args)
     # Probed (and read) at most once, whether the fast path or the full apply asks first.
     python = host_python(args, loaded)
-    host = functools.cache(lambda: _host(None, python, locations.cache))
+    recorder = None
+    if quick:
+        from kvenv.cli.quick import Recorder
+
+        recorder = Recorder("apply", args, loaded, locations)  # the root, before it is read
+    host = functools.cache(lambda: _host(None, python, locations.cache, recorder))
     recorded = functools.cache(lambda: _recorded(loaded))
     # A bundle, already checked above (its unchanged files by their seals), may be a no-op too.
-    if not (args.dry_run or args.strict or args.json or args.repair):
+    if quick:
         from kvenv.env.apply import noop_fast
 
         done = noop_fast(loaded, locations, host, recorded, keep=keep)
         if done is not None:
+            if recorder is not None:
+                recorder.remember({"generation": done[0]}, python, host=True)
             out(f"already up to date: generation {done[0]} in {locations.root}; nothing to do")
             return EXIT_OK
+    from kvenv.env.apply import ApplyOptions, apply, plan_apply
     from kvenv.lock.input import profile_lock
 
     plan = plan_apply(
@@ -383,15 +434,24 @@ def cmd_activate(args: argparse.Namespace) -> int:
     import os
     from pathlib import Path
 
-    from kvenv.env.activation import activation_for, render
     from kvenv.env.runenv import chosen_shell
+    from kvenv.env.shellrender import render
 
     shell = chosen_shell(args.shell, os.environ)
     if args.undo:
-        from kvenv.env.activation import render_deactivate
+        from kvenv.env.shellrender import render_deactivate
 
         sys.stdout.write(render_deactivate(shell))
         return EXIT_OK
+    if not args.manifest and getattr(args, "verbosity", 0) <= 0:
+        # the start-up path (issue 13): the same text without the model, or None when unsure
+        from kvenv.env.runenv import quick_activation
+
+        quick = quick_activation(args.profile, root=args.root, cache=args.cache, environ=os.environ)
+        if quick is not None:
+            sys.stdout.write(render(quick[0], shell, manifest_path=str(quick[1])))
+            return EXIT_OK
+    from kvenv.env.activation import activation_for
     from kvenv.env.manifest import read_manifest
     from kvenv.env.root import current_manifest_path
     from kvenv.errors import InputError
@@ -416,6 +476,11 @@ def cmd_activate(args: argparse.Namespace) -> int:
             )
     assert path is not None
     manifest = read_manifest(path, root=root)
+    if root is not None and getattr(args, "on_success", None) is not None:
+        from kvenv.env.plainstate import vouch
+
+        where, cache, accepted = root, locations.cache, path  # the start-up path may use
+        args.on_success.append(lambda: vouch(where, cache, accepted))  # these bytes next time
     activation = activation_for(manifest)
     sys.stdout.write(render(activation, shell, manifest_path=str(path)))
     return EXIT_OK
@@ -425,11 +490,25 @@ def cmd_activate(args: argparse.Namespace) -> int:
 
 
 def cmd_status(args: argparse.Namespace) -> int:
+    from kvenv.cli.quick import Recorder, recalled_status
+
+    recalled = recalled_status(args)  # an answer recorded below, still valid (kvenv.cli.quick)
+    if recalled is not None:
+        python, data = recalled
+        if python.note:
+            err(f"note: {python.note}")
+        return _print_status(args, data, python)
     from kvenv.env.applied import root_status
 
     loaded, locations = _load(args)
+    recorder = Recorder("status", args, loaded, locations)  # the root, before it is read
     data = root_status(loaded, locations)
+    recorder.remember(data)
     python = host_python(args, loaded)
+    return _print_status(args, data, python)
+
+
+def _print_status(args: argparse.Namespace, data: dict[str, Any], python: HostPython) -> int:
     data["host_python"] = {"path": python.path, "source": python.source}
     if args.json:
         emit_json(data)

@@ -73,17 +73,109 @@ def register(sub: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from kvenv.errors import KvenvError
+
+    code = None
+    try:
+        if args.check:
+            code = _quick_check(args)
+        elif args.offline and not args.refresh:
+            code = _quick_lock(args)
+    except KvenvError:  # e.g. an empty $KVENV_CACHE_DIR: the full path reports what it finds
+        code = None
+    if code is not None:
+        return code
     from kvenv.model.loading import load_profile
 
     loaded = load_profile(args.profile)
+    if getattr(args, "on_success", None) is not None:  # recorded once the command succeeded
+        args.on_success.append(lambda: _remember(args, loaded))
     if args.check:
         return _check(args, loaded)
     return _lock(args, loaded)
 
 
+def _remember(args: argparse.Namespace, loaded: Any) -> None:
+    """Record the facts of a profile that loaded (:mod:`kvenv.model.facts`), and for an
+    offline lock its snapshot's path (:mod:`kvenv.lock.quick`): what a repeat needs to answer
+    without loading it. Best effort."""
+    from kvenv.errors import KvenvError
+    from kvenv.model.facts import remember_facts
+
+    remember_facts(loaded, args.profile, cache=args.cache_dir)
+    try:
+        if not args.check and args.offline and not args.refresh:
+            from kvenv.lock.quick import remember_inputs
+
+            remember_inputs(_records(args), loaded.chain, loaded.snapshot_path)
+    except KvenvError:  # e.g. an empty --cache-dir: the command itself reports it
+        return
+
+
+def _facts(args: argparse.Namespace) -> Any:
+    """The profile's recorded facts, or None (then the profile is loaded)."""
+    from kvenv.errors import KvenvError
+    from kvenv.model.facts import cached_facts
+
+    try:
+        return cached_facts(args.profile, cache=args.cache_dir)
+    except KvenvError:  # e.g. an empty --cache-dir: the full path reports it
+        return None
+
+
+def _records(args: argparse.Namespace) -> Path:
+    """Where :mod:`kvenv.lock.quick` keeps its records: beside the profile-facts records."""
+    from kvenv.model.facts import facts_dir
+
+    return facts_dir(args.cache_dir).parent
+
+
+def _artifact_root(args: argparse.Namespace) -> Path:
+    """The artifact cache a check looks in for wheels at hand (as :func:`_wheel_at_hand`)."""
+    from kvenv.model.places import default_cache_dir
+
+    return _cache_dir(args.cache_dir) or default_cache_dir()
+
+
+def _quick_check(args: argparse.Namespace) -> int | None:
+    """A check that passed before and whose every input is unchanged, answered from its record
+    (:mod:`kvenv.lock.quick`) exactly as the full check answers it; None: run the full check."""
+    facts = _facts(args)
+    if facts is None:
+        return None
+    from kvenv.lock.quick import recall_passed
+
+    path: Path = args.output or facts.lock_path
+    root = _artifact_root(args)
+    result = recall_passed(_records(args), facts.chain, path, root, digest=facts.digest)
+    if result is None:
+        return None
+    try:
+        return _passed(args, path, result["json"], int(result["count"]), list(result["skipped"]))
+    except (KeyError, TypeError, ValueError):
+        return None
+
+
+def _passed(
+    args: argparse.Namespace, path: Path, report: dict[str, Any], count: int, skipped: list[str]
+) -> int:
+    """Print a check that passed: ``report`` (the check's JSON) with ``--json``, else the
+    skipped checks on stderr and one line on stdout."""
+    if args.json:
+        emit_json(report)
+        return EXIT_OK
+    for reason in skipped:
+        err(f"skipped: {reason}")
+    if skipped:
+        out(f"ok: {path} is valid and current ({count} packages); target checks skipped")
+    else:
+        out(f"ok: {path} is valid, complete and current ({count} packages)")
+    return EXIT_OK
+
+
 def _check(args: argparse.Namespace, loaded: Any) -> int:
     from kvenv.errors import CheckFailed, LockError
-    from kvenv.lock.check import check_lock
+    from kvenv.lock.check import check_lock, files_read
     from kvenv.lock.pylock import read_lock
     from kvenv.model.loading import recorded_host
 
@@ -92,21 +184,36 @@ def _check(args: argparse.Namespace, loaded: Any) -> int:
         raise LockError(
             f"no lock file at {path}", hint=f"create it with `kvenv lock {loaded.profile.name}`"
         )
+    from kvenv.lock.quick import identities, observe, remember_passed
+
+    observed = observe(path, loaded.snapshot_path)  # before the check reads them
     lock = read_lock(path)
     host = recorded_host(loaded, must_exist=True).snapshot
-    report = check_lock(loaded, lock, host, _wheel_at_hand(args.cache_dir))
+    at_hand = _wheel_at_hand(args.cache_dir)
+    observed["read"] = identities(files_read(loaded, lock, at_hand))
+    report = check_lock(loaded, lock, host, at_hand)
+    if report.ok:
+        from contextlib import suppress
+
+        from kvenv.errors import KvenvError
+
+        count, skipped = len(lock.pylock.packages), list(report.skipped)
+        with suppress(KvenvError):  # an empty --cache-dir or $KVENV_CACHE_DIR: no record
+            remember_passed(
+                _records(args),
+                loaded.chain,
+                path,
+                _artifact_root(args),
+                digest=loaded.digest,
+                observed=observed,
+                result={"json": report.to_json(), "count": count, "skipped": skipped},
+            )
+        return _passed(args, path, report.to_json(), count, skipped)
     if args.json:
         emit_json(report.to_json())
-        return EXIT_OK if report.ok else EXIT_CHECK_FAILED
+        return EXIT_CHECK_FAILED
     for reason in report.skipped:
         err(f"skipped: {reason}")
-    if report.ok:
-        count = len(lock.pylock.packages)
-        if report.skipped:
-            out(f"ok: {path} is valid and current ({count} packages); target checks skipped")
-        else:
-            out(f"ok: {path} is valid, complete and current ({count} packages)")
-        return EXIT_OK
     raise CheckFailed(
         f"lock check failed: {path}",
         problems=report.problems,
@@ -114,6 +221,47 @@ def _check(args: argparse.Namespace, loaded: Any) -> int:
         + ("; " if report.stale else "")
         + f"relock with `kvenv lock {loaded.profile.name}`",
     )
+
+
+def _quick_lock(args: argparse.Namespace) -> int | None:
+    """An unchanged offline lock answered from its memo (:mod:`kvenv.lock.memo`) without
+    loading the profile: the memo key is made from the recorded facts and inputs, over the
+    same files and settings as the full path's. None (then the full path runs) on any miss,
+    with ``--exclude-newer`` (whose value the full path checks), or when the lock file on disk
+    differs from the kept one (the full path rewrites it)."""
+    if args.exclude_newer is not None:
+        return None
+    facts = _facts(args)
+    if facts is None:
+        return None
+    from kvenv.lock.indexflags import index_values
+    from kvenv.lock.quick import recall_inputs
+
+    inputs = recall_inputs(_records(args), facts.chain)
+    if inputs is None:
+        return None
+    index = index_values(
+        index_url=args.index_url,
+        extra_index_urls=args.extra_index_url,
+        find_links=args.find_links,
+        no_index=args.no_index,
+        environ=os.environ,
+        base=Path.cwd(),
+    )
+    memo = _memo(args, (*facts.chain, inputs["snapshot"], facts.lock_path), facts.lock_path, index)
+    kept = memo.recall()
+    if kept is None:
+        return None
+    text, data = kept
+    try:
+        path = Path(data["lock"])
+        old = path.read_text(encoding="utf-8") if path.is_file() else None
+    except (OSError, UnicodeError, KeyError, TypeError):
+        return None
+    if old != text:
+        return None
+    data["changed"] = False
+    return _report(args, data)
 
 
 def _lock(args: argparse.Namespace, loaded: Any) -> int:
@@ -144,7 +292,13 @@ def _lock(args: argparse.Namespace, loaded: Any) -> int:
         portable=args.portable,
         wheel_at_hand=_wheel_at_hand(args.cache_dir),
     )
-    memo = _memo(args, loaded, config, options) if args.offline and not args.refresh else None
+    index = (config.index_url, config.extra_index_urls, config.find_links, config.no_index)
+    profile_files = (*loaded.chain, loaded.snapshot_path, loaded.lock_path)
+    memo = (
+        _memo(args, profile_files, loaded.lock_path, index)
+        if args.offline and not args.refresh
+        else None
+    )
     kept = memo.recall() if memo is not None else None
     if kept is not None:
         text, data = kept
@@ -161,6 +315,11 @@ def _lock(args: argparse.Namespace, loaded: Any) -> int:
         if memo is not None:
             wheels = [(p.wheel.sha256, p.wheel.filename) for p in result.resolution.packages]
             memo.remember(result.text, data, [(sha, n) for sha, n in wheels if sha])
+    return _report(args, data)
+
+
+def _report(args: argparse.Namespace, data: dict[str, Any]) -> int:
+    """Print a lock's summary (``--json``: the summary itself)."""
     if args.json:
         emit_json(data)
         return EXIT_OK
@@ -195,44 +354,52 @@ class _Memo:
         remember(self.root, self.key, (text, data), wheels, self.present)
 
 
-def _memo(args: argparse.Namespace, loaded: Any, config: Any, options: Any) -> _Memo:
-    """The memo entry of this offline lock: its key covers every input it reads."""
+def _memo(
+    args: argparse.Namespace,
+    profile_files: tuple[Path | None, ...],
+    lock_path: Path,
+    index: tuple[str | None, tuple[str, ...], tuple[str, ...], bool],
+) -> _Memo:
+    """The memo entry of this offline lock: its key covers every input it reads.
+    ``profile_files``: the profile's ``extends`` chain, its host snapshot and its lock;
+    ``index``: (main index, extra indexes, find-links, no-index) as
+    :func:`kvenv.lock.indexflags.index_values` gives them."""
     from kvenv.lock.memo import memo_key
-    from kvenv.model.locations import default_cache_dir
+    from kvenv.model.places import default_cache_dir
 
-    root = options.cache_dir or default_cache_dir()
-    output = options.output or loaded.lock_path
+    root = _cache_dir(args.cache_dir) or default_cache_dir()
+    output = args.output or lock_path
     files = [
-        *loaded.chain,
-        loaded.snapshot_path,
-        loaded.lock_path,
+        *profile_files,
         output,
-        options.native_requires,
-        *options.require,
-        *options.prefer,
-        *options.constraint,
+        args.native_requires,
+        *args.require,
+        *args.prefer,
+        *args.constraint,
     ]
+    index_url, extra_index_urls, find_links, no_index = index
     settings = {
-        "index": [config.index_url, list(config.extra_index_urls), config.no_index],
-        "find-links": list(config.find_links),
+        "index": [index_url, list(extra_index_urls), no_index],
+        "find-links": list(find_links),
         "exclude-newer": args.exclude_newer,
         "fresh": args.fresh,
         "portable": args.portable,
         "output": str(output),
     }
-    key = memo_key(files=files, settings=settings, cache_root=root, find_links=config.find_links)
-    at_hand = _wheel_at_hand(args.cache_dir)
+    key = memo_key(files=files, settings=settings, cache_root=root, find_links=find_links)
+    from kvenv.fetch.cache import ArtifactCache
+
+    artifacts = ArtifactCache(_artifact_root(args))  # where _wheel_at_hand looks
 
     def present(sha256: str, filename: str) -> bool:
-        found = at_hand(sha256, filename, None)
-        return found is not None and found.is_file()
+        return (artifacts.entry(sha256) / filename).is_file()
 
     return _Memo(root, key, present)
 
 
 def _cache_dir(value: str | None) -> Path | None:
     """``--cache-dir``, absolute; an empty one is refused (it would mean the current dir)."""
-    from kvenv.model.locations import given_path
+    from kvenv.model.places import given_path
 
     return None if value is None else given_path(value, "--cache-dir")
 

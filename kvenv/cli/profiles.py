@@ -203,32 +203,16 @@ def _toml_scalar(value: object) -> str:
 
 
 def cmd_validate(args: argparse.Namespace) -> int:
-    from kvenv.errors import ProfileError, ProfileNotReadable
-    from kvenv.model.loading import default_profile_ref, load_profile
-
-    refs: list[str] = args.profiles or [default_profile_ref()]
+    refs: list[str | None] = list(args.profiles) or [None]
     results: list[dict[str, Any]] = []
     code = EXIT_OK
     for ref in refs:
-        result: dict[str, Any] = {"ref": ref}
-        try:
-            loaded = load_profile(ref)
-        except ProfileError as error:
-            unreadable = isinstance(error, ProfileNotReadable)
-            result["status"] = "unreadable" if unreadable else "invalid"
-            result["message"] = error.message
-            result["problems"] = [p.to_json() for p in error.problems]
-            result["hint"] = error.hint
-            result["lines"] = [f"  - {p.render()}" for p in error.problems]
-            if error.hint:
-                result["lines"].append(f"  hint: {error.hint}")
+        result = _validated(ref, with_digest=args.json)
+        if result is None:
+            result = _validate(ref, with_digest=args.json)
+        if result["status"] != "valid":
+            unreadable = result["status"] == "unreadable"
             code = max(code, EXIT_BAD_INPUT if unreadable else EXIT_CHECK_FAILED)
-        else:
-            result["status"] = "valid"
-            result["name"] = loaded.profile.name
-            result["path"] = str(loaded.path)
-            if args.json:  # the digest costs hashlib's import: only where it is shown
-                result["digest"] = loaded.digest
         results.append(result)
     if args.json:
         for result in results:
@@ -243,6 +227,59 @@ def cmd_validate(args: argparse.Namespace) -> int:
             for line in result["lines"]:
                 out(line)
     return code
+
+
+def _validated(ref: str | None, *, with_digest: bool) -> dict[str, Any] | None:
+    """The result of a profile that loaded and validated before with this kvenv and whose
+    files are unchanged (:mod:`kvenv.model.facts`), without loading it; None: load it.
+    ``ref`` None is the default profile, whose name is needed only for ``--json``."""
+    from kvenv.model.facts import cached_facts
+
+    shown = ref
+    if ref is None and with_digest:
+        import os
+
+        from kvenv.model.places import DEFAULT_PROFILE, ENV_DEFAULT
+
+        shown = os.environ.get(ENV_DEFAULT) or DEFAULT_PROFILE
+    facts = cached_facts(ref)  # a miss, never an error (a blank $KVENV_CACHE_DIR included)
+    if facts is None:
+        return None
+    result: dict[str, Any] = {"ref": shown, "status": "valid", "name": facts.name}
+    result["path"] = str(facts.path)
+    if with_digest:
+        result["digest"] = facts.digest
+    return result
+
+
+def _validate(ref: str | None, *, with_digest: bool) -> dict[str, Any]:
+    """Load and check the profile ``ref`` names (None: the default one); record the facts of
+    one that is valid, so the next check of the same files is a lookup."""
+
+    from kvenv.errors import ProfileError, ProfileNotReadable
+    from kvenv.model.facts import remember_facts
+    from kvenv.model.loading import default_profile_ref, load_profile
+
+    result: dict[str, Any] = {"ref": ref or default_profile_ref()}
+    try:
+        loaded = load_profile(ref)
+    except ProfileError as error:
+        unreadable = isinstance(error, ProfileNotReadable)
+        result["status"] = "unreadable" if unreadable else "invalid"
+        result["message"] = error.message
+        result["problems"] = [p.to_json() for p in error.problems]
+        result["hint"] = error.hint
+        result["lines"] = [f"  - {p.render()}" for p in error.problems]
+        if error.hint:
+            result["lines"].append(f"  hint: {error.hint}")
+        return result
+    remember_facts(loaded, ref)  # best effort (a blank $KVENV_CACHE_DIR: nothing recorded)
+    result["status"] = "valid"
+    result["name"] = loaded.profile.name
+    result["path"] = str(loaded.path)
+    if with_digest:  # the digest costs hashlib's import: only where it is shown
+        result["digest"] = loaded.digest
+    return result
 
 
 def cmd_schema(args: argparse.Namespace) -> int:

@@ -52,7 +52,15 @@ def register(sub: Any) -> None:
 
 
 def _activated(args: argparse.Namespace) -> dict[str, str]:
-    from kvenv.env.activation import activated_environ
+    from kvenv.env.shellrender import activated_environ
+
+    if not args.manifest and getattr(args, "verbosity", 0) <= 0:
+        # the start-up path (issue 13): the same environment without the model, or None
+        from kvenv.env.runenv import quick_activation
+
+        quick = quick_activation(args.profile, root=args.root, cache=args.cache, environ=os.environ)
+        if quick is not None:
+            return activated_environ(quick[0], os.environ, manifest_path=str(quick[1]))
     from kvenv.env.runenv import applied_activation
 
     if args.manifest:
@@ -63,7 +71,8 @@ def _activated(args: argparse.Namespace) -> dict[str, str]:
 
         loaded, locations = _load(args)
         check_owner(locations.root, owner_of(loaded))
-        activation, path = applied_activation(locations, loaded.profile.name)
+        on_success = getattr(args, "on_success", None)
+        activation, path = applied_activation(locations, loaded.profile.name, None, on_success)
     return activated_environ(activation, os.environ, manifest_path=str(path))
 
 
@@ -76,21 +85,21 @@ def cmd_run(args: argparse.Namespace) -> int:
             "no command given" if args.argv is not None else "the command must follow `--`",
             hint="kvenv run [PROFILE] -- CMD [ARGS...], e.g. `kvenv run -- python -V`",
         )
-    exec_command(args.argv, _activated(args))
+    exec_command(args.argv, _activated(args), getattr(args, "on_success", ()))
 
 
 def cmd_shell(args: argparse.Namespace) -> int:
     from kvenv.env.runenv import exec_command, user_shell
 
     environ = _activated(args)
-    exec_command([user_shell(os.environ)], environ)
+    exec_command([user_shell(os.environ)], environ, getattr(args, "on_success", ()))
 
 
 def cmd_deactivate(args: argparse.Namespace) -> int:
     import sys
 
-    from kvenv.env.activation import render_deactivate
     from kvenv.env.runenv import chosen_shell
+    from kvenv.env.shellrender import render_deactivate
 
     sys.stdout.write(render_deactivate(chosen_shell(args.shell, os.environ)))
     return EXIT_OK

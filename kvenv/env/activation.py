@@ -12,33 +12,32 @@ that is checked on every activation). ``.pth`` files in those dirs are honoured 
 
 from __future__ import annotations
 
-import json
 import os
-import shlex
 import sys
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Literal, get_args
+from typing import TYPE_CHECKING
 
 import attrs
 
-from kvenv._util.importnames import import_name_of, protected_import_names
 from kvenv.env.manifest import Activation, Manifest, path_inside
-from kvenv.errors import InputError, IntegrityError, RuntimeNotReady, UsageError
-
-SHIMS = {"sh": "bash", "fish": "fish", "ps1": "pwsh"}
+from kvenv.env.plainstate import shadowing_entry
+from kvenv.env.shellrender import DEACTIVATE as DEACTIVATE
+from kvenv.env.shellrender import SHELLS as SHELLS
+from kvenv.env.shellrender import STATE_NAMES as STATE_NAMES
+from kvenv.env.shellrender import STATE_OLD as STATE_OLD
+from kvenv.env.shellrender import activated_environ as activated_environ
+from kvenv.env.shellrender import activation_values as activation_values
+from kvenv.env.shellrender import deactivated_environ as deactivated_environ
+from kvenv.env.shellrender import render as render
+from kvenv.env.shellrender import render_deactivate as render_deactivate
+from kvenv.env.shellrender import shim_texts_for
+from kvenv.errors import InputError, IntegrityError, RuntimeNotReady
 
 if TYPE_CHECKING:  # activation is on the hot path: import only what it runs
     from kvenv.model.locations import Locations
     from kvenv.model.snapshot import HostSnapshot
 
-Shell = Literal["bash", "zsh", "sh", "fish", "pwsh", "json"]
-SHELLS: tuple[str, ...] = get_args(Shell)
-# What an activation records so that it can be undone: the names it set (space-separated) and,
-# for each that was set before, its previous value (a name without one was unset before).
-STATE_NAMES = "_KVENV_NAMES"
-STATE_OLD = "_KVENV_OLD_"
-DEACTIVATE = "kvenv_deactivate"
 DEFAULT_DRIVER_DIRS = ("/usr/local/nvidia/lib64", "/usr/local/cuda/lib64")
 ENV_ACTIVE = "KVENV_ACTIVE_GENERATION"
 _ACTIVATED: set[str] = set()  # generations whose .pth files ran in this process
@@ -77,17 +76,13 @@ def read_pth_files(site_dir: Path, generation: Path) -> tuple[list[str], list[st
 
 def check_not_shadowing(dirs: Iterable[Path], protected: Iterable[str]) -> None:
     """Refuse activation when a protected import name exists in one of ``dirs``."""
-    names = protected_import_names(protected)
-    for directory in dirs:
-        if not directory.is_dir():
-            continue
-        for child in directory.iterdir():
-            if import_name_of(child.name) in names:
-                raise IntegrityError(
-                    f"{child} would shadow the protected host package {child.name!r}",
-                    hint="remove it (`{kvenv reset --yes}`, then `{kvenv apply}`); protected "
-                    "packages come from the host only",
-                )
+    child = shadowing_entry(dirs, protected)
+    if child is not None:
+        raise IntegrityError(
+            f"{child} would shadow the protected host package {child.name!r}",
+            hint="remove it (`{kvenv reset --yes}`, then `{kvenv apply}`); protected "
+            "packages come from the host only",
+        )
 
 
 def host_library_dirs(host: HostSnapshot | None) -> list[str]:
@@ -231,77 +226,7 @@ def _recorded_libs(manifest: Manifest) -> set[str]:
     return out
 
 
-# -- rendering ---------------------------------------------------------------------------------
-
-
-def _fish_quote(value: str) -> str:
-    return "'" + value.replace("\\", "\\\\").replace("'", "\\'") + "'"
-
-
-def _pwsh_quote(value: str) -> str:
-    return "'" + value.replace("'", "''") + "'"
-
-
-def _variables(activation: Activation) -> list[tuple[str, list[str]]]:
-    return [
-        ("PYTHONPATH", activation.pythonpath),
-        ("PATH", activation.path),
-        ("LD_LIBRARY_PATH", activation.ld_library_path),
-    ]
-
-
-def activation_values(
-    activation: Activation, environ: Mapping[str, str], *, manifest_path: str | None = None
-) -> dict[str, str]:
-    """The final value of every variable the activation sets, over ``environ`` (already
-    deactivated): path entries prepended to the current value, the rest set. Ordered as the
-    shells set them."""
-    values: dict[str, str] = {}
-    for name, entries in _variables(activation):
-        if entries:
-            current = environ.get(name, "")
-            joined = os.pathsep.join(entries)
-            values[name] = joined + (os.pathsep + current if current else "")
-    values.update(activation.env)
-    if manifest_path:
-        values["KVENV_MANIFEST"] = manifest_path
-    return values
-
-
-def deactivated_environ(environ: Mapping[str, str]) -> dict[str, str]:
-    """``environ`` with a kvenv activation recorded in it undone (each name it set back to
-    its previous value, or unset when it had none), as ``kvenv_deactivate`` does in a shell."""
-    result = dict(environ)
-    names = result.pop(STATE_NAMES, None)
-    if names is None:
-        return result
-    for name in names.split():
-        if not name.isidentifier():
-            continue
-        old = result.pop(STATE_OLD + name, None)
-        if old is None:
-            result.pop(name, None)
-        else:
-            result[name] = old
-    return result
-
-
-def activated_environ(
-    activation: Activation, environ: Mapping[str, str], *, manifest_path: str | None = None
-) -> dict[str, str]:
-    """The whole environment after activating over ``environ``, exactly as a shell that
-    evaluated ``kvenv activate`` has it: a previous activation undone first (so activating
-    twice changes nothing), the previous values recorded for ``kvenv_deactivate``."""
-    base = deactivated_environ(environ)
-    values = activation_values(activation, base, manifest_path=manifest_path)
-    result = dict(base)
-    for name in values:
-        result.pop(STATE_OLD + name, None)
-        if name in base:
-            result[STATE_OLD + name] = base[name]
-    result.update(values)
-    result[STATE_NAMES] = " ".join(values)
-    return result
+# -- rendering (kvenv.env.shellrender) ---------------------------------------------------
 
 
 @attrs.frozen
@@ -318,187 +243,12 @@ class ShellHook:
     environment_variables: dict[str, str]
 
 
-_POSIX_DEACTIVATE = """\
-kvenv_deactivate() {
-    if [ -n "${_KVENV_NAMES+x}" ]; then
-        _kvenv_rest="$_KVENV_NAMES "
-        while [ -n "$_kvenv_rest" ]; do
-            _kvenv_name=${_kvenv_rest%% *}
-            _kvenv_rest=${_kvenv_rest#* }
-            case $_kvenv_name in
-                '' | [0-9]* | *[!A-Za-z0-9_]*) continue ;;
-            esac
-            eval "_kvenv_had=\\${_KVENV_OLD_$_kvenv_name+x}"
-            if [ -n "$_kvenv_had" ]; then
-                eval "export $_kvenv_name=\\"\\$_KVENV_OLD_$_kvenv_name\\""
-                unset "_KVENV_OLD_$_kvenv_name"
-            else
-                unset "$_kvenv_name"
-            fi
-        done
-        unset _KVENV_NAMES _kvenv_rest _kvenv_name _kvenv_had
-        hash -r 2>/dev/null || true
-    fi
-    if [ "${1-}" != nondestructive ]; then
-        unset -f kvenv_deactivate
-    fi
-}
-"""
-
-_FISH_DEACTIVATE = """\
-function kvenv_deactivate
-    if set -q _KVENV_NAMES
-        for _kvenv_name in (string split ' ' -- "$_KVENV_NAMES")
-            string match -qr '^[A-Za-z_][A-Za-z0-9_]*$' -- "$_kvenv_name"; or continue
-            set -l _kvenv_old _KVENV_OLD_$_kvenv_name
-            if set -q $_kvenv_old
-                set -gx $_kvenv_name $$_kvenv_old
-                set -e -g $_kvenv_old
-            else
-                set -e -g $_kvenv_name
-            end
-        end
-        set -e -g _KVENV_NAMES
-    end
-    if test "$argv[1]" != nondestructive
-        functions -e kvenv_deactivate
-    end
-end
-"""
-
-_PWSH_DEACTIVATE = """\
-function global:kvenv_deactivate([switch]$NonDestructive) {
-    if (Test-Path env:_KVENV_NAMES) {
-        foreach ($name in ($env:_KVENV_NAMES -split ' ')) {
-            if ($name -notmatch '^[A-Za-z_][A-Za-z0-9_]*$') { continue }
-            if (Test-Path "env:_KVENV_OLD_$name") {
-                Set-Item -Path "env:$name" -Value (Get-Item -Path "env:_KVENV_OLD_$name").Value
-                Remove-Item -Path "env:_KVENV_OLD_$name"
-            } else {
-                Remove-Item -Path "env:$name" -ErrorAction SilentlyContinue
-            }
-        }
-        Remove-Item -Path env:_KVENV_NAMES
-    }
-    if (-not $NonDestructive) {
-        Remove-Item -Path function:kvenv_deactivate -ErrorAction SilentlyContinue
-    }
-}
-"""
-
-
-def render_deactivate(shell: str) -> str:
-    """The text that undoes a kvenv activation in ``shell`` (``kvenv activate --undo``):
-    every variable it set back to its previous value, or unset when it had none."""
-    if shell not in SHELLS or shell == "json":
-        raise UsageError(
-            f"cannot undo an activation for shell {shell!r}",
-            hint=f"choose one of {', '.join(s for s in SHELLS if s != 'json')}",
-        )
-    if shell == "fish":
-        return _FISH_DEACTIVATE + "kvenv_deactivate\n"
-    if shell == "pwsh":
-        return _PWSH_DEACTIVATE + "kvenv_deactivate\n"
-    return _POSIX_DEACTIVATE + "kvenv_deactivate\n"
-
-
-def render(
-    activation: Activation,
-    shell: str,
-    *,
-    manifest_path: str | None = None,
-    environ: Mapping[str, str] | None = None,
-) -> str:
-    """The activation as text for ``shell``: a previous kvenv activation undone, the previous
-    values saved, the path variables prepended to, the rest set; and a ``kvenv_deactivate``
-    function that restores the previous values. For ``json``, a :class:`ShellHook` whose final
-    values are computed over ``environ`` (default: this process's environment)."""
-    if shell not in SHELLS:
-        raise UsageError(f"unknown shell {shell!r}", hint=f"choose one of {', '.join(SHELLS)}")
-    extra = dict(activation.env)
-    if manifest_path:
-        extra["KVENV_MANIFEST"] = manifest_path
-    if shell == "json":
-        base = deactivated_environ(os.environ if environ is None else environ)
-        hook = ShellHook(
-            prepend={name: entries for name, entries in _variables(activation)},
-            set=extra,
-            pth_imports=activation.pth_imports,
-            environment_variables=activation_values(activation, base, manifest_path=manifest_path),
-        )
-        return json.dumps(attrs.asdict(hook), indent=2) + "\n"
-    names = [name for name, entries in _variables(activation) if entries] + list(extra)
-    if shell == "fish":
-        lines = [_FISH_DEACTIVATE.rstrip("\n"), "kvenv_deactivate nondestructive"]
-        for name in names:
-            lines.append(
-                f"if set -q {name}; set -gx {STATE_OLD}{name} ${name}; "
-                f"else; set -e -g {STATE_OLD}{name}; end"
-            )
-    elif shell == "pwsh":
-        lines = [_PWSH_DEACTIVATE.rstrip("\n"), "kvenv_deactivate -NonDestructive"]
-        for name in names:
-            lines.append(
-                f"if (Test-Path env:{name}) {{ $env:{STATE_OLD}{name} = $env:{name} }} "
-                f"else {{ Remove-Item -Path env:{STATE_OLD}{name} -ErrorAction SilentlyContinue }}"
-            )
-    else:
-        lines = [_POSIX_DEACTIVATE.rstrip("\n"), "kvenv_deactivate nondestructive"]
-        for name in names:
-            lines.append(
-                f'if [ -n "${{{name}+x}}" ]; then export {STATE_OLD}{name}="${name}"; '
-                f"else unset {STATE_OLD}{name}; fi"
-            )
-    for name, entries in _variables(activation):
-        if not entries:
-            continue
-        joined = os.pathsep.join(entries)
-        if shell == "fish":
-            quoted = " ".join(_fish_quote(e) for e in entries)
-            lines.append(  # an empty value adds no empty entry (as ${X:+:$X} in sh)
-                f'if test -n "${name}"; set -gx {name} {quoted} ${name}; '
-                f"else; set -gx {name} {quoted}; end"
-            )
-        elif shell == "pwsh":
-            lines.append(
-                f"$env:{name} = {_pwsh_quote(joined)} + "
-                f"$(if ($env:{name}) {{ '{os.pathsep}' + $env:{name} }} else {{ '' }})"
-            )
-        else:
-            lines.append(f'export {name}={shlex.quote(joined)}"${{{name}:+:${name}}}"')
-    for name, value in extra.items():
-        if shell == "fish":
-            lines.append(f"set -gx {name} {_fish_quote(value)}")
-        elif shell == "pwsh":
-            lines.append(f"$env:{name} = {_pwsh_quote(value)}")
-        else:
-            lines.append(f"export {name}={shlex.quote(value)}")
-    recorded = " ".join(names)
-    if shell == "fish":
-        lines.append(f"set -gx {STATE_NAMES} {_fish_quote(recorded)}")
-    elif shell == "pwsh":
-        lines.append(f"$env:{STATE_NAMES} = {_pwsh_quote(recorded)}")
-    else:
-        lines.append(f"export {STATE_NAMES}={shlex.quote(recorded)}")
-        lines.append("hash -r 2>/dev/null || true")
-    return "\n".join(lines) + "\n"
-
-
 # -- activation scripts of a root ---------------------------------------------------------
 
 
 def shim_texts(locations: Locations, manifest: Manifest) -> dict[Path, str]:
     """``<root>/activate.{sh,fish,ps1}`` and their text for the generation of ``manifest``."""
-    from kvenv.env.root import manifest_path
-
-    where = str(manifest_path(locations.root, manifest.generation))
-    texts: dict[Path, str] = {}
-    for suffix, shell in SHIMS.items():
-        text = f"# kvenv activation for generation {manifest.generation}; generated, do not edit\n"
-        texts[locations.root / f"activate.{suffix}"] = text + render(
-            manifest.activation, shell, manifest_path=where
-        )
-    return texts
+    return shim_texts_for(locations.root, manifest.generation, manifest.activation)
 
 
 def shims_current(locations: Locations, manifest: Manifest) -> bool:
@@ -589,7 +339,11 @@ def activate_in_process(
     new = [p for p in sys.path if p not in before]
     front = list(activation.pythonpath) + [p for p in new if p not in activation.pythonpath]
     sys.path[:] = front + [p for p in sys.path if p not in front]
-    for name, entries in _variables(activation):
+    for name, entries in (
+        ("PYTHONPATH", activation.pythonpath),
+        ("PATH", activation.path),
+        ("LD_LIBRARY_PATH", activation.ld_library_path),
+    ):
         if entries:
             _prepend_env(name, entries)
     for key, value in activation.env.items():

@@ -11,16 +11,19 @@ a kvenv error, never a half-started command.
 from __future__ import annotations
 
 import os
-import shutil
 import sys
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, NoReturn
 
 from kvenv.errors import InputError, UsageError
 
-if TYPE_CHECKING:
+TYPE_CHECKING = False
+if TYPE_CHECKING:  # the start-up path imports no ``typing``
+    from collections.abc import Callable
+    from typing import NoReturn
+
     from kvenv.env.manifest import Activation
+    from kvenv.env.plainstate import PlainActivation
     from kvenv.model.locations import Locations
 
 # Process names and $SHELL basenames -> the shell kvenv activate writes for.
@@ -77,11 +80,16 @@ def chosen_shell(given: str | None, environ: Mapping[str, str]) -> str:
 
 
 def applied_activation(
-    locations: Locations | None, profile_name: str = "", manifest: str | None = None
+    locations: Locations | None,
+    profile_name: str = "",
+    manifest: str | None = None,
+    on_success: list[Callable[[], None]] | None = None,
 ) -> tuple[Activation, Path]:
     """The activation of the current generation under ``locations`` (or of the manifest file
     ``manifest``), checked; and the manifest's path. An :class:`InputError` naming the fix
-    when nothing is applied."""
+    when nothing is applied. ``on_success`` gets the record that lets
+    :func:`quick_activation` read this manifest next time (:func:`kvenv.env.plainstate.vouch`),
+    to run once the command succeeded."""
     from kvenv.env.activation import activation_for
     from kvenv.env.manifest import read_manifest
     from kvenv.env.root import check_manifest_file, current_manifest_path
@@ -101,7 +109,53 @@ def applied_activation(
                 f"nothing is applied for profile {profile_name} in {locations.root}",
                 hint="run `{kvenv apply}` first",
             )
-    return activation_for(read_manifest(path, root=root)), path
+    read = read_manifest(path, root=root)
+    if on_success is not None and locations is not None and root is not None:
+        from kvenv.env.plainstate import vouch
+
+        where, cache, accepted = root, locations.cache, path  # for the start-up path, once the
+        on_success.append(lambda: vouch(where, cache, accepted))  # command succeeded
+    return activation_for(read), path
+
+
+def quick_activation(
+    profile: str | None,
+    *,
+    root: str | None,
+    cache: str | None,
+    environ: Mapping[str, str],
+) -> tuple[PlainActivation, Path] | None:
+    """The activation of the current generation of ``profile``'s root, and its manifest's
+    path, read without the model (issue 13): exactly what :func:`applied_activation` gives
+    after the profile's ``_load`` and owner check, or None when anything is not certain (no
+    :mod:`kvenv.model.facts` record, a root another profile owns, nothing applied, a pointer or
+    manifest :mod:`kvenv.env.plainstate` cannot vouch for, a missing or shadowing dir): then
+    the caller takes that full path, which reports what is wrong."""
+    from kvenv.env.plainstate import owned_by_other, read_current, ready
+    from kvenv.errors import KvenvError
+    from kvenv.model.facts import cached_facts
+    from kvenv.model.places import choose_places
+
+    try:  # an empty --cache or $KVENV_CACHE_DIR: the full path says so, after the profile
+        facts = cached_facts(profile, cache=cache, environ=environ)
+        if facts is None:
+            return None
+        root_path, _, cache_path, _ = choose_places(
+            facts.name,
+            root=root,
+            cache=cache,
+            configured_root=facts.configured_root,
+            configured_cache=facts.configured_cache,
+            environ=environ,
+        )
+    except (KvenvError, OSError):
+        return None
+    if owned_by_other(root_path, facts.owner):
+        return None
+    state = read_current(root_path, cache_path)
+    if state is None or not ready(state):
+        return None
+    return state.activation, state.manifest_path
 
 
 def resolve_command(command: str, environ: Mapping[str, str]) -> str:
@@ -115,6 +169,8 @@ def resolve_command(command: str, environ: Mapping[str, str]) -> str:
             f"command not found or not executable: {command}",
             hint="give an executable file, or a command on the activated PATH",
         )
+    import shutil
+
     found = shutil.which(command, path=environ.get("PATH", os.defpath))
     if found is None:
         raise UsageError(
@@ -134,15 +190,21 @@ def user_shell(environ: Mapping[str, str]) -> str:
     return DEFAULT_SHELL
 
 
-def exec_command(argv: Sequence[str], environ: Mapping[str, str]) -> NoReturn:
+def exec_command(
+    argv: Sequence[str], environ: Mapping[str, str], on_exec: Sequence[Callable[[], None]] = ()
+) -> NoReturn:
     """Replace this process with ``argv`` (its first word resolved with
-    :func:`resolve_command`) in ``environ``. Never returns."""
+    :func:`resolve_command`) in ``environ``. Never returns. ``on_exec`` runs once nothing can
+    fail any more, just before the exec (kvenv's part succeeded: the records a successful
+    command keeps)."""
     if not argv:
         raise UsageError(
             "no command given",
             hint="put the command after `--`: kvenv run [PROFILE] -- CMD [ARGS...]",
         )
     executable = resolve_command(argv[0], environ)
+    for record in on_exec:
+        record()
     for stream in (sys.stdout, sys.stderr):
         if stream is not None:
             stream.flush()

@@ -254,24 +254,52 @@ def _check_package(
     return out
 
 
-def _wheel_file(lock: LockFile, wheel: PackageWheel, at_hand: WheelAtHand | None) -> Path | None:
-    """The wheel's file on this machine (of the size the lock gives), or None."""
+def _wheel_places(lock: LockFile, wheel: PackageWheel, at_hand: WheelAtHand | None) -> list[Path]:
+    """Where the wheel's file may be on this machine, in the order they are tried: by the
+    lock's path, by a ``file:`` URL, in the artifact cache."""
     sha = wheel.hashes.get("sha256")
     if not isinstance(sha, str) or not _SHA256.fullmatch(sha):
-        return None
+        return []
     candidates: list[Path] = []
     if wheel.path is not None:
         candidates.append(lock.path.parent / wheel.path)
     if wheel.url is not None and wheel.url.startswith("file:"):
         candidates.append(Path(unquote(urlparse(wheel.url).path)))
-    for candidate in candidates:
+    if at_hand is not None and wheel.filename:
+        cached = at_hand(sha, wheel.filename, wheel.size)
+        if cached is not None:
+            candidates.append(cached)
+    return candidates
+
+
+def _wheel_file(lock: LockFile, wheel: PackageWheel, at_hand: WheelAtHand | None) -> Path | None:
+    """The wheel's file on this machine (of the size the lock gives), or None."""
+    for candidate in _wheel_places(lock, wheel, at_hand):
         found = sized_file(candidate, wheel.size)
         if found is not None:
             return found
-    if at_hand is not None and wheel.filename:
-        cached = at_hand(sha, wheel.filename, wheel.size)
-        return sized_file(cached, wheel.size) if cached is not None else None
     return None
+
+
+def files_read(
+    loaded: LoadedProfile, lock: LockFile, at_hand: WheelAtHand | None = None
+) -> list[Path]:
+    """Every file :func:`check_lock` may read or stat besides the profile, the lock and the
+    host snapshot: each place a locked wheel may be at hand (whose file list is read), and a
+    ``path`` native wheel of no pinned size (whose size is compared). A recorded verdict
+    (:mod:`kvenv.lock.quick`) holds only while each of these is as it was."""
+    from kvenv.model.profile import PathSource
+
+    found = [
+        place
+        for package in lock.pylock.packages
+        for wheel in package.wheels or ()
+        for place in _wheel_places(lock, wheel, at_hand)
+    ]
+    pin = loaded.profile.native
+    if pin is not None and pin.size is None and isinstance(pin.source, PathSource):
+        found.append(loaded.resolve(pin.source.path))
+    return list(dict.fromkeys(found))
 
 
 def _check_contents(

@@ -38,25 +38,32 @@ def _file_digest(path: Path | None) -> str:
         return f"unreadable:{exc.errno}"
 
 
-def _tree(root: Path) -> list[tuple[str, int, int]]:
-    """(relative path, size, mtime) of every file below ``root``."""
+def _tree(root: Path, *, suffix: str = "", skip: str | None = None) -> list[tuple[str, int, int]]:
+    """(relative path, size, mtime) of every file below ``root`` whose name ends in
+    ``suffix``, not looking into directories named ``skip``."""
     found: list[tuple[str, int, int]] = []
-    stack = [root]
+    base = str(root)
+    cut = len(base) if base.endswith(os.sep) else len(base) + 1
+    stack = [base]
     while stack:
         here = stack.pop()
         try:
-            entries = list(os.scandir(here))
+            with os.scandir(here) as listing:
+                entries = list(listing)
         except OSError:
             continue
         for entry in entries:
             if entry.is_dir(follow_symlinks=False):
-                stack.append(Path(entry.path))
+                if entry.name != skip:
+                    stack.append(entry.path)
+                continue
+            if not entry.name.endswith(suffix):
                 continue
             try:
                 st = entry.stat()
             except OSError:
                 continue
-            found.append((os.path.relpath(entry.path, root), st.st_size, st.st_mtime_ns))
+            found.append((entry.path[cut:], st.st_size, st.st_mtime_ns))
     return sorted(found)
 
 
@@ -72,7 +79,7 @@ def _local(link: str) -> Path | None:
 
 def _code() -> list[tuple[str, int, int]]:
     """kvenv's own modules, by identity: a changed kvenv never reuses another's result."""
-    return [f for f in _tree(Path(__file__).resolve().parent.parent) if f[0].endswith(".py")]
+    return _tree(Path(__file__).resolve().parent.parent, suffix=".py", skip="__pycache__")
 
 
 def memo_key(

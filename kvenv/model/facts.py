@@ -5,7 +5,8 @@ costs more than the whole budget of ``kvenv activate`` (issue 13), and the answe
 function of the profile's files. So once a profile has loaded and validated, the CLI records
 its facts (:func:`remember_facts`): name, file, origin, digest, ``[paths]``, ``[host] python``,
 the lock's path and the native pin. A later command that needs only these reads the record
-(:func:`cached_facts`), which imports nothing heavier than ``json`` and ``hashlib``.
+(:func:`cached_facts`), which imports nothing heavier than ``json`` (hashing with CPython's own
+sha256, not OpenSSL's).
 
 A record is used only while everything that decided it is unchanged, else it is a miss and
 the command loads the profile as before (a record never makes a command fail):
@@ -27,14 +28,17 @@ path, which reports every problem.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 from collections.abc import Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
 
+from kvenv._util.smallhash import sha256_hex
+
+TYPE_CHECKING = False
 if TYPE_CHECKING:
+    from typing import Any
+
     from kvenv.model.loading import LoadedProfile
 
 FACTS_DIR = "profile-facts-v1"
@@ -126,7 +130,7 @@ def _key(ref: str | None, cwd: Path, env: Mapping[str, str]) -> str:
     from kvenv.model.places import ENV_DEFAULT, ENV_PATH
 
     parts = [__version__, ref, str(cwd), env.get(ENV_PATH), None if ref else env.get(ENV_DEFAULT)]
-    return hashlib.sha256(json.dumps(parts).encode()).hexdigest()[:32]
+    return sha256_hex(json.dumps(parts).encode())[:32]
 
 
 def _dir_identity(path: Path) -> list[int] | None:
@@ -140,7 +144,7 @@ def _dir_identity(path: Path) -> list[int] | None:
 def _file_sha(path: Path) -> str | None:
     try:
         with open(path, "rb") as stream:
-            return hashlib.sha256(stream.read()).hexdigest()
+            return sha256_hex(stream.read())
     except OSError:
         return None
 
@@ -176,23 +180,43 @@ def remember_facts(
     cwd: Path | None = None,
     environ: Mapping[str, str] | None = None,
 ) -> None:
-    """Record ``loaded`` (loaded from ``ref``, valid) for :func:`cached_facts`. Best effort:
-    a record that cannot be written is simply not there next time."""
-    from kvenv._util.atomic import write_bytes
+    """Record ``loaded`` (loaded from ``ref``, valid) for :func:`cached_facts`, unless a
+    current record is already there. Best effort: a record that cannot be written (an
+    unwritable or blank cache) is simply not there next time.
+
+    The chain's files are recorded by the sha256 of the bytes the loader parsed
+    (``loaded.chain_sha256``), so a file edited after it was read is a miss next time, never
+    a record of the old verdict under the new bytes."""
+    from kvenv.errors import KvenvError
 
     env = os.environ if environ is None else environ
     here = cwd or Path.cwd()
     chain = list(loaded.chain)
-    files = [[str(p), _file_sha(p)] for p in chain]
-    if any(sha is None for _, sha in files):
+    if len(loaded.chain_sha256) != len(chain):
+        return  # built without the loader's digests: nothing to vouch for
+    try:
+        if cached_facts(ref, cache=cache, cwd=here, environ=env) is not None:
+            return
+        directory = facts_dir(cache, env)
+        data = _record(loaded, here, env)
+        directory.mkdir(parents=True, exist_ok=True)
+        target = directory / f"{_key(ref, here, env)}.json"
+        from kvenv._util.atomic import write_bytes
+
+        write_bytes(target, json.dumps(data, sort_keys=True).encode(), durable=False)
+        _trim(directory)
+    except (OSError, KvenvError):
         return
+
+
+def _record(loaded: LoadedProfile, here: Path, env: Mapping[str, str]) -> dict[str, Any]:
+    chain = list(loaded.chain)
     profile = loaded.profile
     native = profile.native
-    dirs = _lookup_dirs(chain, here, env)
     host_python = loaded.host_python_path
-    data = {
-        "files": files,
-        "dirs": [[d, _dir_identity(Path(d))] for d in dirs],
+    return {
+        "files": [[str(p), sha] for p, sha in zip(chain, loaded.chain_sha256, strict=True)],
+        "dirs": [[d, _dir_identity(Path(d))] for d in _lookup_dirs(chain, here, env)],
         "code": _code_identity(),
         "name": profile.name,
         "path": str(loaded.path),
@@ -213,14 +237,6 @@ def remember_facts(
             "kind": native.source.kind,
         },
     }
-    try:
-        directory = facts_dir(cache, env)
-        directory.mkdir(parents=True, exist_ok=True)
-        target = directory / f"{_key(ref, here, env)}.json"
-        write_bytes(target, json.dumps(data, sort_keys=True).encode(), durable=False)
-        _trim(directory)
-    except OSError:
-        return
 
 
 def _trim(directory: Path) -> None:
@@ -240,10 +256,12 @@ def cached_facts(
     decided it changed: see the module's docstring)."""
     env = os.environ if environ is None else environ
     here = cwd or Path.cwd()
+    from kvenv.errors import KvenvError
+
     try:
         record = facts_dir(cache, env) / f"{_key(ref, here, env)}.json"
         data = json.loads(record.read_bytes())
-    except (OSError, ValueError):
+    except (OSError, ValueError, KvenvError):  # KvenvError: a blank cache path
         return None
     try:
         if data["code"] != _code_identity():

@@ -19,7 +19,7 @@ from kvenv._util import tomlio
 from kvenv._util.resources import data_dir
 from kvenv.errors import InputError, Problem, ProfileError, ProfileNotReadable
 from kvenv.model import convert
-from kvenv.model.places import ENV_DEFAULT, ENV_PATH
+from kvenv.model.places import DEFAULT_PROFILE, ENV_DEFAULT, ENV_PATH
 from kvenv.model.profile import (
     HfSource,
     IndexSource,
@@ -31,7 +31,6 @@ from kvenv.model.profile import (
 if TYPE_CHECKING:
     from kvenv.model.snapshot import HostSnapshot
 
-DEFAULT_PROFILE = "kaggle-t4x2-cu128"
 SCHEMA_LINE = "#:schema ../schemas/profile.schema.json"
 
 
@@ -45,6 +44,8 @@ class LoadedProfile:
     chain: tuple[Path, ...]  # the file itself first, then its parents
     # (value, project dir) of relative paths a parent set: they stay relative to that parent
     inherited_paths: tuple[tuple[str, Path], ...] = ()
+    # the sha256 of the bytes of each file of ``chain`` as parsed (empty: not known)
+    chain_sha256: tuple[str, ...] = ()
 
     @property
     def base_dir(self) -> Path:
@@ -162,17 +163,17 @@ def iter_profiles(*, cwd: Path | None = None) -> Iterator[tuple[str, str, Path]]
                 yield path.stem, origin, path
 
 
-def _read_raw(path: Path) -> dict[str, Any]:
+def _read_raw(path: Path) -> tuple[dict[str, Any], str]:
     from kvenv.model.fields import MAX_PROFILE_BYTES
 
     try:
-        raw = tomlio.read(path, max_bytes=MAX_PROFILE_BYTES, what="profile")
+        raw, sha256 = tomlio.read_hashed(path, max_bytes=MAX_PROFILE_BYTES, what="profile")
     except InputError as exc:
         raise exc.recast(ProfileNotReadable) from None
     problems = list(_overlong(raw, "$", str(path)))
     if problems:
         raise ProfileError(f"invalid profile: {path}", problems=problems)
-    return raw
+    return raw, sha256
 
 
 def _overlong(node: Any, where: str, file: str) -> Iterator[Problem]:
@@ -231,6 +232,7 @@ def load_profile(ref: str | None = None, *, cwd: Path | None = None) -> LoadedPr
     here = cwd or Path.cwd()
     path, origin = find_profile(ref or default_profile_ref(), cwd=here)
     chain: list[tuple[Path, dict[str, Any]]] = []
+    shas: list[str] = []
     current: Path | None = path
     while current is not None:
         resolved = current.resolve()
@@ -241,8 +243,9 @@ def load_profile(ref: str | None = None, *, cwd: Path | None = None) -> LoadedPr
                 problems=[Problem("cycle in extends", file=str(chain[-1][0]), path="$.extends")],
                 hint="remove one of the extends links",
             )
-        raw = _read_raw(current)
+        raw, sha256 = _read_raw(current)
         chain.append((current, raw))
+        shas.append(sha256)
         parent = raw.get("extends")
         if parent is None:
             current = None
@@ -273,7 +276,9 @@ def load_profile(ref: str | None = None, *, cwd: Path | None = None) -> LoadedPr
     if problems:
         raise ProfileError(f"invalid profile: {path}", problems=problems)
     inherited = tuple(_inherited_paths(profile, chain))
-    return LoadedProfile(profile, path, origin, tuple(p for p, _ in chain), inherited)
+    return LoadedProfile(
+        profile, path, origin, tuple(p for p, _ in chain), inherited, chain_sha256=tuple(shas)
+    )
 
 
 def _inherited_paths(

@@ -20,6 +20,7 @@ ENV_CACHE = "KVENV_CACHE_DIR"
 ENV_MANIFEST = "KVENV_MANIFEST"
 ENV_PATH = "KVENV_PROFILE_PATH"  # directories searched for profiles by name
 ENV_DEFAULT = "KVENV_PROFILE"  # the profile used when a command names none
+DEFAULT_PROFILE = "kaggle-t4x2-cu128"  # ... and when that is unset
 ROOT_MARKER = ".kvenv-root"
 LOCK_NAME = ".kvenv.lock"
 

@@ -57,15 +57,15 @@ def take_snapshot(
     ``import_torch``). Raises :class:`kvenv.errors.InputError` only when ``python`` cannot be
     run or does not answer as a Python interpreter; everything else missing is a note.
     ``memo``: a directory where another interpreter's own facts are kept while its files are
-    unchanged (see :func:`kvenv.probe.pyinfo.remote_interpreter`); its distributions, torch,
-    GPUs and system are probed afresh every time.
+    unchanged (see :func:`kvenv.probe.pyinfo.remote_interpreter`; only with effects that read
+    the live machine); its distributions, torch, GPUs and system are probed afresh every time.
     """
     fx = effects or live()
     if python is None:
         interp = pyinfo.local_interpreter()
         notes: list[str] = []
     else:
-        interp = pyinfo.remote_interpreter(python, fx, memo=memo if effects is None else None)
+        interp = pyinfo.remote_interpreter(python, fx, memo=memo)
         notes = [
             f"probed {interp.executable} in isolated mode (-I): PYTHONPATH and the user's "
             "site-packages are not part of the host"

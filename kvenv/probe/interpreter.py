@@ -15,8 +15,6 @@ import shutil
 import sys
 from collections.abc import Callable, Mapping
 
-import attrs
-
 from kvenv.errors import InputError
 
 __all__ = ["ENV_PYTHON", "HostPython", "resolve_host_python"]
@@ -24,14 +22,37 @@ __all__ = ["ENV_PYTHON", "HostPython", "resolve_host_python"]
 ENV_PYTHON = "KVENV_PYTHON"
 
 
-@attrs.frozen
 class HostPython:
-    """The host interpreter's path and where that choice came from."""
+    """The host interpreter's path and where that choice came from (a plain immutable
+    record: ``kvenv apply``'s no-op path imports no attrs)."""
 
+    __slots__ = ("note", "own", "path", "source")
     path: str
     source: str  # "--python", "$KVENV_PYTHON", "the profile's [host] python", ...
-    own: bool = False  # kvenv's own interpreter (probe in process)
-    note: str | None = None  # said when kvenv fell back to its own interpreter
+    own: bool  # kvenv's own interpreter (probe in process)
+    note: str | None  # said when kvenv fell back to its own interpreter
+
+    def __init__(self, path: str, source: str, own: bool = False, note: str | None = None):
+        for name, value in (("path", path), ("source", source), ("own", own), ("note", note)):
+            object.__setattr__(self, name, value)
+
+    def __setattr__(self, name: str, value: object) -> None:
+        raise AttributeError(f"HostPython is immutable: cannot set {name}")
+
+    def _key(self) -> tuple[str, str, bool, str | None]:
+        return (self.path, self.source, self.own, self.note)
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, HostPython) and self._key() == other._key()
+
+    def __hash__(self) -> int:
+        return hash(self._key())
+
+    def __repr__(self) -> str:
+        return (
+            f"HostPython(path={self.path!r}, source={self.source!r}, own={self.own!r}, "
+            f"note={self.note!r})"
+        )
 
     def describe(self) -> str:
         return f"{self.path} (from {self.source})"

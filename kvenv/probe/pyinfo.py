@@ -140,6 +140,23 @@ def _identity(python: str, sys_path: tuple[str, ...]) -> list[object] | None:
     ]
 
 
+def remote_identity(python: str, sys_path: tuple[str, ...]) -> list[object] | None:
+    """The identity ``python``'s facts are memoized under (None: a script, never memoized)."""
+    return _identity(python, sys_path)
+
+
+def remembered_sys_path(python: str, memo: Path | None) -> list[str] | None:
+    """The import path memoized for ``python`` under ``memo``, if any (not checked)."""
+    if memo is None:
+        return None
+    try:
+        data = json.loads(_memo_file(python, memo).read_text(encoding="utf-8"))
+        found = _strings(data["facts"].get("sys_path"))
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        return None
+    return None if found is None else list(found)
+
+
 def _recall(python: str, memo: Path) -> Interpreter | None:
     try:
         data = json.loads(_memo_file(python, memo).read_text(encoding="utf-8"))

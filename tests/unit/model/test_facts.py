@@ -122,3 +122,18 @@ def test_an_unwritable_cache_is_no_error(project: Path, tmp_path: Path) -> None:
     remember_facts(load_profile("child"), "child", cache=blocker)
     assert cached_facts("child", cache=blocker) is None
     assert not os.path.isdir(blocker)
+
+
+def test_a_file_edited_after_it_was_read_is_never_vouched_for(project: Path) -> None:
+    loaded = load_profile("child")
+    (project / "base.toml").write_text(PARENT.format(sha="c" * 64))  # edited meanwhile
+    remember_facts(loaded, "child")  # records the bytes the loader parsed
+    assert cached_facts("child") is None
+
+
+def test_a_blank_cache_variable_is_a_miss_not_an_error(
+    project: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("KVENV_CACHE_DIR", " ")
+    remember_facts(load_profile("child"), "child")
+    assert cached_facts("child") is None

@@ -1,0 +1,257 @@
+"""The start-up paths of ``kvenv apply`` (a no-op) and ``kvenv status``: their answer recalled
+from :mod:`kvenv.env.quickstate` when nothing it was decided on changed, and recorded after
+the full path decided it (issue 13).
+
+A recalled answer prints exactly what the full path prints (stdout, stderr, exit code);
+anything unsure (no facts record, no answer recorded, any input changed, ``--verbose``, an
+error) returns None and the command takes its full path, which decides and reports as always.
+Imports nothing heavier than the profile's facts, the places rule, the host interpreter rule
+and the state reader.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import os
+import sys
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from kvenv.model.facts import ProfileFacts
+    from kvenv.model.loading import LoadedProfile
+    from kvenv.model.locations import Locations
+    from kvenv.probe.interpreter import HostPython
+
+
+def _env_digest() -> str:
+    """Every ``KVENV_*`` variable (hashed: one may hold a secret): any of them may change
+    where a command looks or what it decides."""
+    items = sorted((k, v) for k, v in os.environ.items() if k.startswith("KVENV_"))
+    return hashlib.sha256(json.dumps(items).encode("utf-8", "surrogateescape")).hexdigest()
+
+
+def _memo_dir(args: argparse.Namespace) -> Path:
+    from kvenv.env.quickstate import ANSWERS_DIR
+    from kvenv.model.facts import facts_dir
+
+    return facts_dir(getattr(args, "cache", None)).parent / ANSWERS_DIR
+
+
+def _key(
+    command: str, args: argparse.Namespace, facts: ProfileFacts, places: tuple[Any, ...]
+) -> dict[str, Any]:
+    from kvenv import __version__
+
+    return {
+        "command": command,
+        "version": __version__,
+        "ref": args.profile,
+        "cwd": os.getcwd(),
+        "env": _env_digest(),
+        "flags": {k: getattr(args, k, None) for k in ("root", "cache", "python", "keep")},
+        "profile": [facts.name, str(facts.path), facts.origin, facts.digest],
+        "owner": list(facts.owner),  # resolved now: a profile reached through a new symlink
+        "places": [str(p) for p in places],
+    }
+
+
+def _python_row(python: HostPython) -> list[Any]:
+    return [python.path, python.source, python.own, python.note]
+
+
+def _facts_and_places(args: argparse.Namespace) -> tuple[ProfileFacts, tuple[Any, ...]] | None:
+    from kvenv.errors import KvenvError
+    from kvenv.model.facts import cached_facts
+    from kvenv.model.places import choose_places
+
+    try:
+        facts = cached_facts(args.profile, cache=args.cache)
+        if facts is None:
+            return None
+        places = choose_places(
+            facts.name,
+            root=args.root,
+            cache=args.cache,
+            configured_root=facts.configured_root,
+            configured_cache=facts.configured_cache,
+            environ=os.environ,
+        )
+    except (KvenvError, OSError):
+        return None
+    return facts, tuple(places)
+
+
+def _resolve_python(args: argparse.Namespace, facts: ProfileFacts) -> HostPython | None:
+    from kvenv.errors import KvenvError
+    from kvenv.probe.interpreter import resolve_host_python
+
+    path = facts.host_python
+    try:
+        return resolve_host_python(
+            flag=getattr(args, "python", None),
+            environ=os.environ,
+            profile_value=str(path) if path is not None else None,
+            profile_file=str(facts.path),
+        )
+    except KvenvError:
+        return None  # the full path reports it
+
+
+def _eligible(args: argparse.Namespace) -> bool:
+    from kvenv.cli import _io
+
+    return _io.VERBOSITY <= 0  # --verbose lines come from the full path
+
+
+# -- recall ------------------------------------------------------------------------------------
+
+
+def recalled_noop(args: argparse.Namespace) -> tuple[HostPython, str, str] | None:
+    """``(host python, generation, root)`` when ``kvenv apply`` is a no-op by a recorded
+    answer of the full path that still holds; else None."""
+    from kvenv.env.quickstate import recall_answer
+
+    if not _eligible(args):
+        return None
+    found = _facts_and_places(args)
+    if found is None:
+        return None
+    facts, places = found
+    python = _resolve_python(args, facts)
+    if python is None:
+        return None
+    key = _key("apply", args, facts, places) | {"python_row": _python_row(python)}
+    key["sys_path"] = list(sys.path)  # one record per way of starting kvenv (-m, a script)
+    answer = recall_answer(_memo_dir(args), key)
+    if answer is None or not isinstance(answer.get("generation"), str):
+        return None
+    return python, answer["generation"], str(places[0])
+
+
+def recalled_status(args: argparse.Namespace) -> tuple[HostPython, dict[str, Any]] | None:
+    """``(host python, what root_status reported)`` by a recorded answer that still holds."""
+    from kvenv.env.quickstate import recall_answer
+
+    if not _eligible(args):
+        return None
+    found = _facts_and_places(args)
+    if found is None:
+        return None
+    facts, places = found
+    python = _resolve_python(args, facts)
+    if python is None:
+        return None
+    answer = recall_answer(_memo_dir(args), _key("status", args, facts, places))
+    if answer is None:
+        return None
+    return python, answer
+
+
+def _bundle_key(args: argparse.Namespace) -> dict[str, Any]:
+    from kvenv import __version__
+
+    return {
+        "command": "open-bundle",
+        "version": __version__,
+        "bundle": str(Path(args.bundle).expanduser().absolute()),
+        "cache": args.cache,
+        "env": _env_digest(),
+    }
+
+
+def recalled_bundle(args: argparse.Namespace) -> str | None:
+    """The profile file of the bundle ``--from`` names, when an earlier apply opened and
+    verified it (:func:`kvenv.fetch.bundle.open_bundle`) and no file under it has changed
+    identity since (the identity the bundle's seals trust); else None."""
+    from kvenv.env.quickstate import recall_answer
+    from kvenv.errors import KvenvError
+
+    if not _eligible(args):
+        return None
+    try:
+        answer = recall_answer(_memo_dir(args), _bundle_key(args))
+    except KvenvError:  # an empty --cache: the full path reports it
+        return None
+    profile = None if answer is None else answer.get("profile")
+    return profile if isinstance(profile, str) else None
+
+
+# -- record ------------------------------------------------------------------------------------
+
+
+class BundleRecorder:
+    """The bundle's files captured before :func:`~kvenv.fetch.bundle.open_bundle` reads them,
+    and its answer (the bundle's profile file) recorded after it verified them."""
+
+    def __init__(self, args: argparse.Namespace) -> None:
+        from kvenv.env.quickstate import capture_tree
+
+        self.args = args
+        self.where = {"tree": _bundle_key(args)["bundle"]}
+        self.tree = capture_tree(self.where["tree"]) if _eligible(args) else None
+
+    def remember(self, profile: str) -> None:
+        from kvenv.env.quickstate import remember_answer
+        from kvenv.errors import KvenvError
+
+        if self.tree is None:
+            return
+        try:
+            directory = _memo_dir(self.args)
+        except KvenvError:
+            return
+        state = {"tree": self.tree}
+        key = _bundle_key(self.args)
+        remember_answer(directory, key, self.where, state, {"profile": profile})
+
+
+class Recorder:
+    """The root's state captured before the full path reads it, and the answer recorded
+    after it decided (see :mod:`kvenv.env.quickstate`)."""
+
+    def __init__(
+        self, command: str, args: argparse.Namespace, loaded: LoadedProfile, locations: Locations
+    ) -> None:
+        from kvenv.env.manifest import MANIFEST_NAME
+        from kvenv.env.quickstate import capture
+        from kvenv.env.root import POINTER_NAME, owner_file
+
+        self.command = command
+        self.args = args
+        self.locations = locations
+        self.host: dict[str, Any] | None = None
+        files = [str(owner_file(locations)), str(loaded.lock_path)]
+        if loaded.snapshot_path is not None:
+            files.append(str(loaded.snapshot_path))
+        self.where: dict[str, Any] = {
+            "root": str(locations.root),
+            "generations": str(locations.generations),
+            "pointer": str(locations.root / POINTER_NAME),
+            "manifest_name": MANIFEST_NAME,
+            "files": files,
+        }
+        self.state = capture(**self.where) if _eligible(args) else None
+
+    def remember(
+        self, answer: dict[str, Any], python: HostPython | None = None, *, host: bool = False
+    ) -> None:
+        """Record ``answer`` (apply: with the live host identity the probe left in
+        :attr:`host`; nothing when the probe gave none)."""
+        from kvenv.env.quickstate import remember_answer
+
+        if self.state is None or (host and self.host is None):
+            return
+        found = _facts_and_places(self.args)
+        if found is None:
+            return
+        facts, places = found
+        if (places[0], places[2]) != (self.locations.root, self.locations.cache):
+            return
+        key = _key(self.command, self.args, facts, places)
+        if python is not None:
+            key["python_row"] = _python_row(python)
+            key["sys_path"] = list(sys.path)
+        remember_answer(_memo_dir(self.args), key, self.where, self.state, answer, self.host)

@@ -1,0 +1,207 @@
+"""Answers of ``kvenv apply`` (a no-op) and ``kvenv status`` remembered by the identity of
+everything they read, so that repeating them costs file reads, not the model (issue 13).
+
+The full path of each command decides its answer from the profile, the runtime root's state
+files, the lock and (apply) the live host. Once it has, the CLI records that answer here with:
+
+- the state of the root, captured by :func:`capture` *before* the full path read it: every
+  plain file directly in the root (ownership marker, pointer, activation scripts, the root
+  lock and its owner sidecar, present only while an apply runs) by the sha256 of its bytes;
+  every entry of ``generations/`` with the sha256 of its manifest (or its absence); whether
+  each directory the current manifest names exists; the lock file and the profile's recorded
+  host snapshot by the sha256 of their bytes (or their absence);
+- the profile by its facts record (:mod:`kvenv.model.facts`: valid only while every file of
+  its ``extends`` chain has the same bytes), the resolved root and cache, the invocation
+  inputs the answer depends on (``--keep`` and ``$KVENV_KEEP_GENERATIONS``, the host
+  interpreter as resolved);
+- for apply, the live host's identity (:mod:`kvenv.probe.hostmemo`: the interpreter, its
+  import path, every host read the probe made);
+- kvenv's own code, by the stat of every module (another kvenv never reuses an answer).
+
+:func:`recall_answer` captures all of it again and returns the answer only when everything is
+identical; a file captured before the full path read it means a change made meanwhile is a
+miss next time, never a stale answer. Anything different, missing or unreadable is a miss:
+the command takes its full path, which decides (and reports) as before. Only answers of a
+full path that succeeded are recorded. This module imports only the standard library.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+ANSWERS_DIR = "quick-state-v1"
+_KEEP_RECORDS = 64
+
+
+def _sha(path: str) -> str | None:
+    try:
+        with open(path, "rb") as stream:
+            return hashlib.sha256(stream.read()).hexdigest()
+    except OSError:
+        return None
+
+
+def _entries(directory: str) -> list[os.DirEntry[str]] | None:
+    try:
+        with os.scandir(directory) as found:
+            return sorted(found, key=lambda e: e.name)
+    except OSError:
+        return None
+
+
+def _current_dirs(manifest: str) -> list[str] | None:
+    try:
+        with open(manifest, "rb") as stream:
+            dirs = json.loads(stream.read())["dirs"]
+        return [str(dirs[k]) for k in ("native", "overlay", "bin")]
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+
+
+def capture(
+    root: str, generations: str, pointer: str, manifest_name: str, files: list[str]
+) -> dict[str, Any] | None:
+    """The root's state as the full path reads it (see the module); None when it cannot be
+    captured (then nothing is recorded or recalled)."""
+    top = _entries(root)
+    if top is None:
+        return None
+    root_files: list[list[Any]] = []
+    for entry in top:
+        if entry.is_dir(follow_symlinks=False):
+            root_files.append([entry.name, "dir"])
+        else:
+            root_files.append([entry.name, _sha(entry.path)])
+    gens: list[list[Any]] = []
+    for entry in _entries(generations) or []:
+        gens.append([entry.name, entry.is_dir(), _sha(os.path.join(entry.path, manifest_name))])
+    current: list[list[Any]] = []
+    try:
+        with open(pointer, "rb") as stream:
+            generation = json.loads(stream.read())["generation"]
+    except (OSError, ValueError, KeyError, TypeError):
+        generation = None
+    if isinstance(generation, str) and os.sep not in generation:
+        dirs = _current_dirs(os.path.join(generations, generation, manifest_name))
+        if dirs is None:
+            return None
+        current = [[d, os.path.isdir(d)] for d in dirs]
+    return {
+        "root": root_files,
+        "generations": gens,
+        "current": current,
+        "files": [[f, _sha(f)] for f in files],
+    }
+
+
+def capture_tree(top: str) -> list[list[Any]] | None:
+    """Every file under ``top`` (a bundle) by its identity: device, inode, size, mtime and
+    ctime (the kernel sets ctime on every write, rename or ``utime``: the identity
+    :mod:`kvenv.fetch.bundleseal` trusts); None when ``top`` cannot be listed."""
+    found: list[list[Any]] = []
+    stack = [top]
+    while stack:
+        directory = stack.pop()
+        entries = _entries(directory)
+        if entries is None:
+            return None
+        for entry in entries:
+            try:
+                st = entry.stat(follow_symlinks=True)
+                is_dir = entry.is_dir()
+            except OSError:
+                return None
+            if is_dir:
+                stack.append(entry.path)
+            found.append(
+                [entry.path, is_dir, st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns,
+                 st.st_ctime_ns]
+            )  # fmt: skip
+    return sorted(found)
+
+
+def code_identity() -> list[list[Any]]:
+    """Every module of this kvenv by name, size, mtime and inode."""
+    package = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    found: list[list[Any]] = []
+    stack = [package]
+    while stack:
+        for entry in _entries(stack.pop()) or []:
+            if entry.is_dir() and entry.name != "__pycache__":
+                stack.append(entry.path)
+            elif entry.name.endswith(".py"):
+                try:
+                    st = entry.stat()
+                except OSError:
+                    continue
+                found.append([entry.path, st.st_size, st.st_mtime_ns, st.st_ino])
+    return found
+
+
+def _record_path(directory: Path, key: Mapping[str, Any]) -> Path:
+    name = hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:32]
+    return directory / f"{name}.json"
+
+
+def remember_answer(
+    directory: Path,
+    key: Mapping[str, Any],
+    where: Mapping[str, Any],
+    state: Mapping[str, Any],
+    answer: Mapping[str, Any],
+    host: Mapping[str, Any] | None = None,
+) -> None:
+    """Record ``answer`` for ``key`` (the command, the profile's facts, the paths, the
+    inputs), valid while :func:`capture` of ``where`` gives ``state`` (captured before the
+    full path read the root) and, when given, the live host is ``host``. Best effort."""
+    from kvenv._util.atomic import write_bytes
+
+    data = {
+        "key": dict(key),
+        "where": dict(where),
+        "state": dict(state),
+        "code": code_identity(),
+        "host": None if host is None else dict(host),
+        "answer": dict(answer),
+    }
+    try:
+        directory.mkdir(parents=True, exist_ok=True)
+        write_bytes(_record_path(directory, key), json.dumps(data).encode(), durable=False)
+        records = sorted(directory.glob("*.json"), key=lambda p: p.stat().st_mtime_ns)
+        for old in records[:-_KEEP_RECORDS]:
+            old.unlink(missing_ok=True)
+    except (OSError, TypeError, ValueError):
+        return
+
+
+def recall_answer(directory: Path, key: Mapping[str, Any]) -> dict[str, Any] | None:
+    """The answer recorded for ``key`` when the root, the code and (when recorded) the host
+    are as they were; else None."""
+    try:
+        data = json.loads(_record_path(directory, key).read_bytes())
+        if data["key"] != json.loads(json.dumps(dict(key))):
+            return None
+        where = data["where"]
+        if "tree" in where:
+            state: Any = {"tree": capture_tree(where["tree"])}
+        else:
+            state = capture(
+                where["root"], where["generations"], where["pointer"], where["manifest_name"],
+                list(where["files"]),
+            )  # fmt: skip
+        if state is None or state != data["state"] or data["code"] != code_identity():
+            return None
+        if data["host"] is not None:
+            from kvenv.probe.hostmemo import host_unchanged
+
+            if not host_unchanged(data["host"]):
+                return None
+        answer = data["answer"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    return answer if isinstance(answer, dict) else None

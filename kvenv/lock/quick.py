@@ -1,0 +1,195 @@
+"""What ``kvenv lock --check`` and an unchanged offline ``kvenv lock`` keep, so a repeat answers
+without loading the profile (issue 13). Both start from the profile-facts record
+(:mod:`kvenv.model.facts`), which says which files make up the profile and that it loaded and
+validated with this kvenv.
+
+- **Passed checks** (:func:`observe`, :func:`remember_passed`, :func:`recall_passed`): a
+  check's verdict is a pure function of the profile, the lock's bytes, the host snapshot's
+  bytes, the files it looks at beside them (:func:`kvenv.lock.check.files_read`: the places a
+  locked wheel may be at hand, a ``path`` native wheel of no pinned size) and kvenv's code. A
+  record is keyed by the profile's files (path and sha256 of each file of the ``extends``
+  chain), the working directory, the lock's path and the artifact cache it looks in, and
+  holds the digest of the profile that was checked, the sha256 of the lock and of the
+  snapshot, the identity (device, inode, size, mtime, ctime, or absence) of every other file
+  read, and the identity of kvenv's model, lock, ``_util`` and CLI code. The sha256s and
+  identities are taken *before* the check reads the files, so an edit racing the check makes
+  the next run miss. Any of them changed, or a profile whose recorded facts give another
+  digest, is a miss: the full check runs again. Only a check that passed is recorded; a
+  failing one always runs in full and reports every problem.
+- **Lock inputs** (:func:`remember_inputs`, :func:`recall_inputs`): the offline lock memo
+  (:mod:`kvenv.lock.memo`) is keyed by the bytes of the profile, its host snapshot and the
+  lock; the snapshot's path is a field of the profile. It is recorded here, keyed like a
+  passed check by the profile's files and the working directory, so the memo key can be made
+  without loading the profile. The memo key still covers every file by its path and bytes,
+  so a stale record can only cause a miss.
+
+Records are small JSON files under the cache (beside the profile-facts records), written
+atomically; a damaged or unreadable one is a miss, never an error.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from collections.abc import Iterable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+CHECKS_DIR = "lock-checks-v1"
+INPUTS_DIR = "lock-inputs-v1"
+_KEEP = 64  # records kept per kind; the oldest go when more are written
+# kvenv's code a verdict depends on: the package root's modules and these subpackages
+_CODE_DIRS = ("model", "lock", "_util", "cli")
+
+
+def _sha(path: Path) -> str | None:
+    try:
+        with open(path, "rb") as stream:
+            return hashlib.sha256(stream.read()).hexdigest()
+    except OSError:
+        return None
+
+
+def file_identity(path: Path) -> list[int] | None:
+    """(device, inode, size, mtime, ctime) of ``path``; None when there is none. An edit in
+    place that restores size and mtime still moves the ctime."""
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    return [st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns]
+
+
+def _code() -> list[list[Any]]:
+    package = Path(__file__).resolve().parent.parent
+    found: list[list[Any]] = []
+    for directory in (package, *(package / d for d in _CODE_DIRS)):
+        try:
+            entries = sorted(os.scandir(directory), key=lambda e: e.name)
+        except OSError:
+            continue
+        for entry in entries:
+            if entry.name.endswith(".py"):
+                st = entry.stat()
+                found.append([entry.path, st.st_size, st.st_mtime_ns, st.st_ino])
+    return found
+
+
+def _key(kind: str, chain: Sequence[Path], extra: Sequence[str]) -> str | None:
+    """The record key: kvenv's version, the working directory (relative paths), the profile's
+    files with their sha256, and ``extra``; None when a file of the chain cannot be read."""
+    from kvenv import __version__
+
+    files = [[str(p), _sha(p)] for p in chain]
+    if any(sha is None for _, sha in files):
+        return None
+    parts = [kind, __version__, str(Path.cwd()), files, list(extra)]
+    return hashlib.sha256(json.dumps(parts).encode()).hexdigest()[:32]
+
+
+def _read(directory: Path, key: str | None) -> dict[str, Any] | None:
+    if key is None:
+        return None
+    try:
+        data = json.loads((directory / f"{key}.json").read_bytes())
+    except (OSError, ValueError):
+        return None
+    return data if isinstance(data, dict) else None
+
+
+def _write(directory: Path, key: str | None, data: Mapping[str, Any]) -> None:
+    from kvenv._util.atomic import write_bytes
+
+    if key is None:
+        return
+    try:
+        directory.mkdir(parents=True, exist_ok=True)
+        write_bytes(directory / f"{key}.json", json.dumps(data).encode(), durable=False)
+        entries = sorted(directory.glob("*.json"), key=lambda p: p.stat().st_mtime_ns)
+        for old in entries[:-_KEEP]:
+            old.unlink(missing_ok=True)
+    except OSError:
+        return
+
+
+def observe(lock: Path, snapshot: Path | None) -> dict[str, Any]:
+    """What a check is about to read, taken *before* it reads it (so a file changed while the
+    check runs is recorded as it was, and the next run misses): the lock's and the snapshot's
+    sha256 and kvenv's code. The other files it reads are added as :func:`identities`."""
+    return {
+        "code": _code(),
+        "lock": _sha(lock),
+        "snapshot": None if snapshot is None else [str(snapshot), _sha(snapshot)],
+        "read": [],
+    }
+
+
+def identities(paths: Iterable[Path]) -> list[list[Any]]:
+    """(path, :func:`file_identity`) of each of ``paths``."""
+    return [[str(p), file_identity(p)] for p in paths]
+
+
+def remember_passed(
+    base: Path,
+    chain: Sequence[Path],
+    lock: Path,
+    at_hand_root: Path,
+    *,
+    digest: str,
+    observed: Mapping[str, Any],
+    result: Mapping[str, Any],
+) -> None:
+    """Record that the check of ``lock`` (looking for wheels in ``at_hand_root``) passed for
+    the profile whose files are ``chain`` and whose digest is ``digest`` (the digest of the
+    profile the check held the lock against), with what it read (:func:`observe`, taken
+    before the check); ``result`` is what it reports. Best effort. ``base``: the cache
+    directory."""
+    data = {**observed, "digest": digest, "result": dict(result)}
+    key = _key("check", chain, [str(lock), str(at_hand_root)])
+    _write(base / CHECKS_DIR, key, data)
+
+
+def recall_passed(
+    base: Path, chain: Sequence[Path], lock: Path, at_hand_root: Path, *, digest: str
+) -> dict[str, Any] | None:
+    """What :func:`remember_passed` recorded for this check, while every input is unchanged
+    and the profile (whose digest the facts record gives) is the one checked; else None."""
+    data = _read(base / CHECKS_DIR, _key("check", chain, [str(lock), str(at_hand_root)]))
+    if data is None:
+        return None
+    try:
+        if data["digest"] != digest:
+            return None
+        if data["lock"] is None or data["lock"] != _sha(lock):
+            return None
+        snapshot = data["snapshot"]
+        if snapshot is not None and (snapshot[1] is None or _sha(Path(snapshot[0])) != snapshot[1]):
+            return None
+        for path, identity in data["read"]:
+            if file_identity(Path(path)) != identity:
+                return None
+        if data["code"] != _code():
+            return None
+        result = data["result"]
+    except (KeyError, TypeError, IndexError, ValueError):
+        return None
+    return result if isinstance(result, dict) else None
+
+
+def remember_inputs(base: Path, chain: Sequence[Path], snapshot: Path | None) -> None:
+    """Record the host snapshot path of the profile whose files are ``chain``."""
+    data = {"snapshot": None if snapshot is None else str(snapshot)}
+    _write(base / INPUTS_DIR, _key("inputs", chain, []), data)
+
+
+def recall_inputs(base: Path, chain: Sequence[Path]) -> dict[str, Path | None] | None:
+    """``{"snapshot": path or None}`` as recorded for the profile whose files are ``chain``;
+    None when there is no record."""
+    data = _read(base / INPUTS_DIR, _key("inputs", chain, []))
+    if data is None:
+        return None
+    snapshot = data.get("snapshot")
+    if snapshot is not None and not isinstance(snapshot, str):
+        return None
+    return {"snapshot": None if snapshot is None else Path(snapshot)}
