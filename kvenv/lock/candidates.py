@@ -6,8 +6,8 @@ wheel; a candidate with extras stands for ``name[extras]`` and depends on its ba
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
-from typing import TYPE_CHECKING, Literal, Protocol
+from collections.abc import Callable, Iterable, Sequence
+from typing import TYPE_CHECKING, Literal, Protocol, runtime_checkable
 
 import attrs
 from packaging.requirements import Requirement
@@ -111,3 +111,13 @@ class Universe(Protocol):
     def complete(self, wheels: Sequence[WheelFile]) -> list[WheelFile]:
         """The same wheels with sha256 and size filled in."""
         ...
+
+
+@runtime_checkable
+class Following(Protocol):
+    """A universe that prefetches ahead of the resolver, following the metadata it fetched:
+    ``wanted_by(metadata)`` names the requirements worth prefetching next."""
+
+    def follow(
+        self, wanted_by: Callable[[DistMetadata], list[tuple[NormalizedName, SpecifierSet]]]
+    ) -> None: ...

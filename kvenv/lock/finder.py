@@ -10,6 +10,8 @@ will need next.
 
 from __future__ import annotations
 
+import contextlib
+import hashlib
 import json
 import threading
 import time
@@ -34,7 +36,9 @@ from packaging.version import InvalidVersion, Version
 
 from kvenv._util.redact import redact_url
 from kvenv.errors import FetchError
-from kvenv.lock.cache import CachedPage, IndexCache
+from kvenv.lock.cache import CachedPage, IndexCache, PageHead
+from kvenv.lock.jobs import Claimable
+from kvenv.lock.pagescan import scan_files
 from kvenv.lock.sources import IndexConfig
 from kvenv.model.target import TargetEnv
 
@@ -43,6 +47,7 @@ ACCEPT = (
     "application/vnd.pypi.simple.v1+json, application/vnd.pypi.simple.v1+html; q=0.1, "
     "text/html; q=0.01"
 )
+JSON_PAGE = "application/vnd.pypi.simple.v1+json"
 
 
 @attrs.frozen
@@ -113,17 +118,23 @@ class Finder:
         self.refresh = refresh
         self.exclude_newer = exclude_newer
         self._pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="kvenv-find")
-        self._projects: dict[str, Future[Project]] = {}
+        self._projects: dict[str, Claimable[Project]] = {}
         self._lock = threading.Lock()
         self._session: Any = None
         self._link_pages: dict[str, Future[list[_Entry]]] = {}
         self._ranks: dict[tuple[str, str, str], int] | None = None
+        # memos shared by the page workers (a lost race only computes an entry twice)
+        self._tag_rank_memo: dict[str, int | None] = {}
+        self._name_memo: dict[str, NormalizedName] = {}
+        self._session_lock = threading.Lock()
+        self._tags_digest: str | None = None
+        self.scan_pages = True  # PEP 691 pages through kvenv.lock.pagescan (False: json.loads)
         self.index_urls = config.index_urls()
 
     # the HTTP session ----------------------------------------------------------------------
     @property
     def session(self) -> Any:
-        with self._lock:
+        with self._session_lock:
             if self._session is None:
                 import httpx2
                 from unearth.fetchers.sync import PyPIClient
@@ -133,38 +144,203 @@ class Finder:
             return self._session
 
     def close(self) -> None:
-        self._pool.shutdown(wait=True)
+        self._pool.shutdown(wait=True, cancel_futures=True)
         if self._session is not None:
             self._session.close()
 
     # public API ----------------------------------------------------------------------------
     def prefetch(self, names: Iterable[str]) -> None:
         for name in names:
-            self._future(canonicalize_name(name))
+            self._job(canonicalize_name(name))
 
     def project(self, name: str) -> Project:
-        return self._future(canonicalize_name(name)).result()
+        return self._job(canonicalize_name(name)).result()
 
-    def _future(self, name: NormalizedName) -> Future[Project]:
+    def _job(self, name: NormalizedName) -> Claimable[Project]:
+        job = self._projects.get(name)  # a dict read is atomic: no lock on the hot path
+        if job is not None:
+            return job
         with self._lock:
-            future = self._projects.get(name)
-            if future is None:
-                future = self._pool.submit(self._collect, name)
-                self._projects[name] = future
-            return future
+            job = self._projects.get(name)
+            fresh = job is None
+            if job is None:
+                job = self._projects[name] = Claimable(lambda: self._collect(name))
+        if fresh:  # submitted outside the lock (it may start a thread)
+            with contextlib.suppress(RuntimeError):  # shut down: whoever asks runs it
+                job.submit_to(self._pool)
+        return job
 
     # collecting ----------------------------------------------------------------------------
     def _collect(self, name: NormalizedName) -> Project:
-        entries: list[_Entry] = []
+        wheels: list[WheelFile] = []
+        filenames: list[str] = []
         for index in self.index_urls:
-            page = self._page(urljoin(index, f"{name}/"))
-            if page is not None:
-                entries.extend(_entries(page, index))
+            url = urljoin(index, f"{name}/")
+            found = self._page(url)
+            if found is None:
+                continue
+            if found.head.content_type.startswith(JSON_PAGE):
+                self._json_page(name, index, found, wheels, filenames)
+            else:
+                entries = _entries(_as_page(found.page()), index)
+                wheels.extend(self._wheels(name, entries))
+                filenames.extend(e.filename for e in entries)
         for location in self.config.find_links:
-            entries.extend(self._find_links(location))
-        return self._evaluate(name, entries)
+            entries = self._find_links(location)
+            wheels.extend(self._wheels(name, entries))
+            filenames.extend(e.filename for e in entries)
+        wheels.sort(key=lambda w: (w.version, -w.rank, w.filename), reverse=True)
+        return Project(name, tuple(wheels), tuple(filenames))
 
-    def _evaluate(self, name: NormalizedName, entries: list[_Entry]) -> Project:
+    def _json_page(
+        self,
+        name: NormalizedName,
+        index: str,
+        found: _Found,
+        wheels: list[WheelFile],
+        filenames: list[str],
+    ) -> None:
+        """A PEP 691 page's target wheels: from its parsed form when the cache holds one made
+        from the same bytes for the same target, else parsed now and the parsed form kept."""
+        url = found.head.url
+        key = self._parse_key(name, index)
+        sha256 = found.head.sha256
+        if sha256 is not None:
+            kept = _decode_parsed(self.cache.get_parsed(url, key, sha256), name, index)
+            if kept is not None:
+                wheels.extend(kept[1])
+                filenames.extend(kept[0])
+                return
+        page = found.page()
+        mine: list[WheelFile] = []
+        names: list[str] = []
+        self._evaluate_json(name, page, index, mine, names)
+        if sha256 is None:  # an entry from before heads recorded the digest: record it now
+            sha256 = hashlib.sha256(page.content).hexdigest()
+            self.cache.put_head(attrs.evolve(found.head, sha256=sha256))
+        self.cache.put_parsed(url, key, sha256, _encode_parsed(names, mine))
+        wheels.extend(mine)
+        filenames.extend(names)
+
+    def _parse_key(self, name: NormalizedName, index: str) -> str:
+        """Everything a page's parsed form depends on besides its bytes."""
+        if self._tags_digest is None:
+            ranked = "\n".join(f"{i}-{a}-{p}" for (i, a, p) in self._tag_ranks)
+            self._tags_digest = hashlib.sha256(ranked.encode()).hexdigest()
+        newer = self.exclude_newer.isoformat() if self.exclude_newer else None
+        python = self.target.python_full_version
+        return json.dumps([PARSED_FORMAT, name, index, python, newer, self._tags_digest])
+
+    def _evaluate_json(
+        self,
+        name: NormalizedName,
+        page: CachedPage,
+        index: str,
+        wheels: list[WheelFile],
+        filenames: list[str],
+    ) -> None:
+        """A PEP 691 page read straight into the target's wheels: the cheap tests (suffix,
+        yanked, tags, name) come first, so the many files that cannot install on the target
+        cost no more than a few string operations (issue 13; the same checks as
+        :meth:`_wheels`, in the same terms)."""
+        base = page.url
+        scanned = None
+        if self.scan_pages:
+            try:
+                text = page.content.decode("utf-8")
+            except UnicodeDecodeError:
+                text = None
+            if text is not None:
+                scanned = scan_files(
+                    text, lambda filename: self._tag_rank(name, filename) is not None
+                )
+        if scanned is not None:
+            filenames.extend(scanned[0])
+            files: list[Any] = scanned[1]
+        else:
+            try:
+                data = json.loads(page.content)
+            except ValueError:
+                raise FetchError(f"invalid JSON index page: {redact_url(base)}") from None
+            files = data.get("files", []) if isinstance(data, dict) else []
+        python = self.target.python_full_version
+        specs: dict[str, bool] = {}
+        for file in files:
+            if not isinstance(file, dict):
+                continue
+            raw_url = file.get("url")
+            raw_name = file.get("filename")
+            if not raw_url or not raw_name:
+                continue
+            filename = str(raw_name)
+            if scanned is None:
+                filenames.append(filename)
+            if file.get("yanked"):
+                continue
+            rank = self._tag_rank(name, filename)
+            if rank is None:
+                continue
+            rp = file.get("requires-python") or None
+            if rp:
+                if rp not in specs:
+                    try:
+                        specs[rp] = SpecifierSet(rp).contains(python, prereleases=True)
+                    except InvalidSpecifier:
+                        specs[rp] = False
+                if not specs[rp]:
+                    continue
+            upload = _when(file.get("upload-time"))
+            if self.exclude_newer and upload and upload > self.exclude_newer:
+                continue
+            version = _version_of(name, filename)
+            if version is None:
+                continue
+            url = str(raw_url)
+            if not url.startswith(("https://", "http://")):
+                url = urljoin(base, url)
+            hashes = file.get("hashes") or {}
+            meta = file.get("core-metadata", file.get("data-dist-info-metadata"))
+            size = file.get("size")
+            wheels.append(
+                WheelFile(
+                    name=name,
+                    version=version,
+                    filename=filename,
+                    url=url.split("#", 1)[0],
+                    rank=rank,
+                    index=index,
+                    sha256=hashes.get("sha256") if isinstance(hashes, dict) else None,
+                    size=size if isinstance(size, int) and not isinstance(size, bool) else None,
+                    upload_time=upload,
+                    requires_python=rp,
+                    core_metadata=bool(meta),
+                    core_metadata_sha256=meta.get("sha256") if isinstance(meta, dict) else None,
+                )
+            )
+
+    def _tag_rank(self, name: NormalizedName, filename: str) -> int | None:
+        """The target's rank of a wheel of project ``name`` by its file name alone (None: not
+        a wheel of ``name``, or not one that installs on the target)."""
+        if not filename.endswith(".whl"):
+            return None
+        head, _, tail = filename[:-4].partition("-")  # tail: version[-build]-py-abi-plat
+        memo = self._tag_rank_memo
+        key = tail[tail.rfind("-", 0, tail.rfind("-", 0, tail.rfind("-"))) + 1 :]
+        if key in memo:
+            rank = memo[key]
+        else:
+            parts = filename[:-4].rsplit("-", 3)
+            rank = None if len(parts) != 4 else _rank(parts[1], parts[2], parts[3], self._tag_ranks)
+            memo[key] = rank
+        if rank is None:
+            return None
+        project = head
+        canonical = self._name_memo.get(project)
+        if canonical is None:
+            canonical = self._name_memo[project] = canonicalize_name(project)
+        return rank if canonical == name else None
+
+    def _wheels(self, name: NormalizedName, entries: list[_Entry]) -> list[WheelFile]:
         wheels: list[WheelFile] = []
         ranks = self._tag_ranks
         python = self.target.python_full_version
@@ -210,8 +386,7 @@ class Finder:
                     core_metadata_sha256=entry.core_metadata_sha256,
                 )
             )
-        wheels.sort(key=lambda w: (w.version, -w.rank, w.filename), reverse=True)
-        return Project(name, tuple(wheels), tuple(e.filename for e in entries))
+        return wheels
 
     @property
     def _tag_ranks(self) -> dict[tuple[str, str, str], int]:
@@ -245,34 +420,36 @@ class Finder:
                 for child in sorted(directory.iterdir())
                 if child.suffix == ".whl" and child.is_file()
             ]
-        page = self._page(location)
-        return [] if page is None else _entries(page, None)
+        found = self._page(location)
+        return [] if found is None else _entries(_as_page(found.page()), None)
 
     # pages ---------------------------------------------------------------------------------
-    def _page(self, url: str) -> Any:
-        cached = self.cache.get_page(url)
-        if cached is not None and (
-            self.offline or (not self.refresh and time.time() - cached.fetched_at < PAGE_TTL)
+    def _page(self, url: str, *, cached_ok: bool = True) -> _Found | None:
+        """The page at ``url`` (None: the index has no such page), from the cache while fresh
+        (its bytes read only when needed), else fetched or revalidated."""
+        head = self.cache.get_head(url) if cached_ok else None
+        if head is not None and (
+            self.offline or (not self.refresh and time.time() - head.fetched_at < PAGE_TTL)
         ):
-            return _as_page(cached) if cached.content else None
+            return None if head.empty else _Found(self, head)
         if self.offline:
             raise FetchError(
                 f"offline: no cached index page {redact_url(url)}",
                 hint="run `kvenv lock` once with network access to fill the cache",
             )
         headers = {"Accept": ACCEPT}
-        if cached is not None and cached.etag:
-            headers["If-None-Match"] = cached.etag
-        if cached is not None and cached.last_modified:
-            headers["If-Modified-Since"] = cached.last_modified
+        if head is not None and head.etag:
+            headers["If-None-Match"] = head.etag
+        if head is not None and head.last_modified:
+            headers["If-Modified-Since"] = head.last_modified
         try:
             response = self.session.get(url, headers=headers, follow_redirects=True)
         except Exception as exc:
             raise FetchError(f"cannot reach {redact_url(url)}: {exc}") from None
-        if response.status_code == 304 and cached is not None:
-            fresh = attrs.evolve(cached, fetched_at=time.time())
-            self.cache.put_page(fresh)
-            return _as_page(fresh) if fresh.content else None
+        if response.status_code == 304 and head is not None:
+            fresh = attrs.evolve(head, fetched_at=time.time())
+            self.cache.put_head(fresh)
+            return None if fresh.empty else _Found(self, fresh)
         if response.status_code == 404:
             self.cache.put_page(CachedPage(url, b"", "text/html", time.time()))
             return None
@@ -286,8 +463,87 @@ class Finder:
             etag=response.headers.get("ETag"),
             last_modified=response.headers.get("Last-Modified"),
         )
-        self.cache.put_page(page)
-        return _as_page(page)
+        written = self.cache.put_page(page)
+        return _Found(self, written, page)
+
+
+class _Found:
+    """A page the finder has: its head, and its bytes (read from the cache on first use)."""
+
+    def __init__(self, finder: Finder, head: PageHead, page: CachedPage | None = None) -> None:
+        self.finder = finder
+        self.head = head
+        self._page = page
+
+    def page(self) -> CachedPage:
+        if self._page is None:
+            head = self.head
+            body = self.finder.cache.get_body(head.url)
+            if body is None:  # the bytes went missing: fetch again (offline: say so)
+                again = self.finder._page(head.url, cached_ok=False)
+                if again is None:
+                    raise FetchError(f"{redact_url(head.url)} is gone from the index")
+                return again.page()
+            self._page = CachedPage(
+                head.url, body, head.content_type, head.fetched_at, head.etag, head.last_modified
+            )
+        return self._page
+
+
+PARSED_FORMAT = 1
+_Row = tuple[str, str, int, str | None, int | None, str | None, str | None, bool, str | None, str]
+
+
+def _encode_parsed(filenames: list[str], wheels: list[WheelFile]) -> Any:
+    """A page's parsed form as plain data: every file name, and the target's wheels."""
+    rows = tuple(
+        (
+            w.filename,
+            w.url,
+            w.rank,
+            w.sha256,
+            w.size,
+            w.upload_time.isoformat() if w.upload_time else None,
+            w.requires_python,
+            w.core_metadata,
+            w.core_metadata_sha256,
+            str(w.version),
+        )
+        for w in wheels
+    )
+    return (tuple(filenames), rows)
+
+
+def _decode_parsed(
+    data: Any, name: NormalizedName, index: str
+) -> tuple[list[str], list[WheelFile]] | None:
+    """The parsed form back (None when it is not what :func:`_encode_parsed` writes)."""
+    if data is None:
+        return None
+    try:
+        names, rows = data
+        wheels = []
+        for row in rows:
+            filename, url, rank, sha256, size, upload, rp, meta, meta_sha, version = row
+            wheels.append(
+                WheelFile(
+                    name=name,
+                    version=Version(version),
+                    filename=filename,
+                    url=url,
+                    rank=rank,
+                    index=index,
+                    sha256=sha256,
+                    size=size,
+                    upload_time=datetime.fromisoformat(upload) if upload else None,
+                    requires_python=rp,
+                    core_metadata=meta,
+                    core_metadata_sha256=meta_sha,
+                )
+            )
+        return [str(n) for n in names], wheels
+    except (TypeError, ValueError, InvalidVersion):
+        return None
 
 
 def _as_page(cached: CachedPage) -> Any:

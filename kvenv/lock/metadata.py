@@ -10,8 +10,10 @@ from __future__ import annotations
 
 import hashlib
 import io
+import struct
 import tempfile
 import zipfile
+import zlib
 from collections.abc import Callable
 from email.parser import BytesParser
 from email.policy import compat32
@@ -248,13 +250,96 @@ def range_metadata(session: Any, url: str, name: str, *, origin: str) -> bytes:
     total = response.headers.get("Content-Range", "").rpartition("/")[2]
     if not (total.isascii() and total.isdigit()):
         raise FetchError(f"{redact_url(url)} gave no Content-Range size")
+    found = metadata_from_tail(response.content, int(total), name)
+    if found is not None:  # the usual case: the central directory and METADATA in the tail
+        return found
     final_url = str(response.url)
     remote = _RangeFile(session, final_url, int(total), response.content)
     with zipfile.ZipFile(io.BufferedReader(remote, buffer_size=64 * 1024)) as archive:
         return metadata_from_zip(archive, name, origin=origin)
 
 
+_EOCD = struct.Struct("<4s4H2LH")
+_CENTRAL = struct.Struct("<4s6H3L5H2L")
+_LOCAL = struct.Struct("<4s5H3L2H")
+
+
+def metadata_from_tail(tail: bytes, total: int, wheel_name: str) -> bytes | None:
+    """The METADATA member of a wheel whose last ``len(tail)`` bytes (of ``total``) are
+    ``tail``, read without :mod:`zipfile` when the tail holds the whole central directory and
+    the member (wheels put ``.dist-info`` last, so it usually does). None when it does not, or
+    when anything is unusual (ZIP64, a prefix before the archive, encryption, a method other
+    than stored or deflated, a size or CRC-32 that does not match): the caller then reads the
+    archive with :mod:`zipfile`, which chooses the same member (:func:`metadata_from_zip`).
+    Issue 13: zipfile builds an object for every member of the central directory."""
+    end = tail.rfind(b"PK\x05\x06")
+    if end < 0 or len(tail) - end < _EOCD.size:
+        return None
+    _, disk, cd_disk, _, entries, cd_size, cd_offset, comment = _EOCD.unpack_from(tail, end)
+    start = total - len(tail)  # where the tail begins in the file
+    if disk or cd_disk or end + _EOCD.size + comment != len(tail):
+        return None
+    if entries == 0xFFFF or cd_offset == 0xFFFFFFFF or cd_offset + cd_size != start + end:
+        return None
+    if cd_offset < start:
+        return None
+    at = cd_offset - start
+    members: list[tuple[str, bytes, int, int, int, int, int, int]] = []
+    for _ in range(entries):
+        if at + _CENTRAL.size > end:
+            return None
+        fields = _CENTRAL.unpack_from(tail, at)
+        if fields[0] != b"PK\x01\x02":
+            return None
+        flags, method, crc, csize, usize = fields[3], fields[4], fields[7], fields[8], fields[9]
+        nlen, elen, clen, local = fields[10], fields[11], fields[12], fields[16]
+        raw = tail[at + _CENTRAL.size : at + _CENTRAL.size + nlen]
+        at += _CENTRAL.size + nlen + elen + clen
+        if raw.endswith(b".dist-info/METADATA") and raw.count(b"/") == 1:
+            member = raw.decode("utf-8" if flags & 0x800 else "cp437")
+            members.append((member, raw, flags, method, crc, csize, usize, local))
+    if at != end:
+        return None
+    wanted = canonicalize_name(wheel_name)
+    chosen = next(
+        (
+            m
+            for m in members
+            if canonicalize_name(m[0].split("/", 1)[0][: -len(".dist-info")].rsplit("-", 1)[0])
+            == wanted
+        ),
+        members[0] if len(members) == 1 else None,
+    )
+    if chosen is None:
+        return None
+    _, raw, flags, method, crc, csize, usize, local = chosen
+    if flags & 0x1 or method not in (0, 8) or local < start:
+        return None
+    at = local - start
+    if at + _LOCAL.size > len(tail):
+        return None
+    header = _LOCAL.unpack_from(tail, at)
+    if header[0] != b"PK\x03\x04":
+        return None
+    if tail[at + _LOCAL.size : at + _LOCAL.size + header[9]] != raw:
+        return None  # zipfile refuses a local name that differs from the directory's
+    begin = at + _LOCAL.size + header[9] + header[10]
+    data = tail[begin : begin + csize]
+    if len(data) != csize:
+        return None
+    try:
+        content = zlib.decompress(data, -15) if method == 8 else data
+    except zlib.error:
+        return None
+    if len(content) != usize or zlib.crc32(content) != crc:
+        return None
+    return content
+
+
 def _metadata_of_bytes(content: bytes, name: str, origin: str) -> bytes:
+    found = metadata_from_tail(content, len(content), name)
+    if found is not None:
+        return found
     with tempfile.TemporaryFile() as handle:
         handle.write(content)
         handle.seek(0)

@@ -12,8 +12,9 @@
 from __future__ import annotations
 
 import functools
+import threading
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import attrs
 from packaging.requirements import InvalidRequirement, Requirement
@@ -27,6 +28,9 @@ from kvenv.errors import InputError
 from kvenv.lock.candidates import Candidate, Req, Universe, name_key, split_identifier
 from kvenv.model.snapshot import HostSnapshot
 from kvenv.model.target import TargetEnv
+
+if TYPE_CHECKING:
+    from kvenv.lock.metadata import DistMetadata
 
 
 @attrs.frozen
@@ -81,17 +85,29 @@ class Provider(AbstractProvider[Req, Candidate, str]):
         self.native = native
         self.policy = policy
         self._usable: dict[str, bool] = {}
+        self._host: dict[NormalizedName, Candidate | None] = {}
+        self._on_host: dict[NormalizedName, bool] = {}
+        self._contains: dict[tuple[int, Version], bool] = {}
+        self._specs: dict[int, SpecifierSet] = {}
+        self._extras: dict[NormalizedName, set[str]] = {}  # asked of each name (prefetch)
+        self._extras_lock = threading.Lock()
+        self._pinning: dict[int, tuple[Req, bool]] = {}
+        self._names: dict[str, NormalizedName] = {}
 
     # helpers -------------------------------------------------------------------------------
     def host_candidate(self, name: NormalizedName) -> Candidate | None:
-        if self.host is None:
-            return None
-        dist = self.host.find(name)
-        if dist is None:
-            return None
-        version = Version(dist.version) if dist.version is not None else None
-        requires = tuple(dist.requires) if dist.requires is not None else None
-        return Candidate(name, version, "host", host_requires=requires)
+        """The host's distribution of ``name`` as a candidate (looked up once per name: the
+        resolver asks for every preference and match)."""
+        if name in self._host:
+            return self._host[name]
+        found: Candidate | None = None
+        dist = self.host.find(name) if self.host is not None else None
+        if dist is not None:
+            version = Version(dist.version) if dist.version is not None else None
+            requires = tuple(dist.requires) if dist.requires is not None else None
+            found = Candidate(name, version, "host", host_requires=requires)
+        self._host[name] = found
+        return found
 
     def native_candidate(self) -> Candidate:
         return Candidate(self.native.name, self.native.version, "native")
@@ -143,16 +159,25 @@ class Provider(AbstractProvider[Req, Candidate, str]):
         information: Mapping[str, Iterator[Any]],
         backtrack_causes: Sequence[Any],
     ) -> Any:
-        infos = list(information[identifier])
-        pinned = any(
-            i.requirement.pin is not None
-            or any(s.operator in ("==", "===") for s in i.requirement.specifier)
-            for i in infos
-        )
+        pinned = any(self._pins(i.requirement) for i in information[identifier])
         causes = {c.requirement.name for c in backtrack_causes}
-        name, _ = split_identifier(identifier)
-        on_host = self.host is not None and self.host.find(name) is not None
+        name = self._names.get(identifier)
+        if name is None:
+            name = self._names[identifier] = split_identifier(identifier)[0]
+        on_host = self._on_host.get(name)
+        if on_host is None:
+            on_host = self._on_host[name] = (
+                self.host is not None and self.host.find(name) is not None
+            )
         return (not pinned, name not in causes, not on_host, identifier)
+
+    def _pins(self, req: Req) -> bool:
+        """Whether ``req`` pins one version (asked for every open name in every round)."""
+        known = self._pinning.get(id(req))
+        if known is None or known[0] is not req:
+            pins = req.pin is not None or any(s.operator in ("==", "===") for s in req.specifier)
+            known = self._pinning[id(req)] = (req, pins)  # held: its id is not reused
+        return known[1]
 
     def find_matches(
         self,
@@ -231,7 +256,50 @@ class Provider(AbstractProvider[Req, Candidate, str]):
             return False
         if candidate.version is None:
             return True  # present on the host, version unknown: an assumption
-        return requirement.specifier.contains(candidate.version, prereleases=True)
+        spec = requirement.specifier
+        key = (id(spec), candidate.version)
+        hit = self._contains.get(key)
+        if hit is None:
+            # resolvelib re-checks every pin against every criterion each round; a specifier
+            # object is shared by every requirement parsed from the same line (issue 13)
+            self._specs[id(spec)] = spec  # held, so its id is not reused while memoized
+            hit = self._contains[key] = spec.contains(candidate.version, prereleases=True)
+        return hit
+
+    def note_extras(self, reqs: Iterable[Req]) -> None:
+        """Remember the extras asked of each name, so :meth:`wanted_by` follows them too."""
+        with self._extras_lock:
+            for req in reqs:
+                if req.extras:
+                    self._extras.setdefault(req.name, set()).update(req.extras)
+
+    def wanted_by(self, meta: DistMetadata) -> list[tuple[NormalizedName, SpecifierSet]]:
+        """What an index wheel's metadata makes worth prefetching: its requirements that hold
+        on the target with the extras asked of it so far, less direct URLs, waived, protected
+        and native names (a guess for the prefetcher; the resolver decides on its own).
+        Called from the prefetcher's threads."""
+        name = canonicalize_name(meta.name)
+        with self._extras_lock:
+            extras = frozenset(self._extras.get(name, ()))
+        out: list[tuple[NormalizedName, SpecifierSet]] = []
+        asked: list[Req] = []
+        for line in meta.requires:
+            try:
+                req = _requirement(line)
+            except InvalidRequirement:
+                continue
+            if req.url or not self.target.evaluate(req.marker, extras):
+                continue
+            dep = canonicalize_name(req.name)
+            key = name_key(dep)
+            if key in self.policy.waived or key in self.policy.protected:
+                continue
+            if dep != self.native.name:
+                out.append((dep, req.specifier))
+                if req.extras:
+                    asked.append(Req.from_requirement(req))
+        self.note_extras(asked)  # before the caller fetches them, so their extras are seen
+        return out
 
     def get_dependencies(self, candidate: Candidate) -> Iterable[Req]:
         reqs, _ = self.requirements_of(candidate)
@@ -244,6 +312,7 @@ class Provider(AbstractProvider[Req, Candidate, str]):
             for r in reqs
             if not self.is_protected(r.name) and r.name != self.native.name
         ]
+        self.note_extras(reqs)
         if wanted:
             self.universe.prefetch(wanted)
         return deps

@@ -13,7 +13,14 @@ from packaging.utils import NormalizedName
 from packaging.version import Version
 
 from kvenv.errors import ConflictError, Problem
-from kvenv.lock.candidates import Candidate, Req, Universe, name_key, split_identifier
+from kvenv.lock.candidates import (
+    Candidate,
+    Following,
+    Req,
+    Universe,
+    name_key,
+    split_identifier,
+)
 from kvenv.lock.finder import WheelFile
 from kvenv.lock.provider import NativeWheel, Policy, Provider, parse_requirement
 from kvenv.model.snapshot import HostSnapshot
@@ -117,6 +124,9 @@ def resolve(request: LockRequest, universe: Universe) -> Resolution:
             waived_roots.append((name_key(req.name), f"{root.text} (required by {root.origin})"))
             continue
         roots.append(Req.from_requirement(req, origin=root.origin))
+    if isinstance(universe, Following):
+        provider.note_extras(roots[1:])
+        universe.follow(provider.wanted_by)
     universe.prefetch(
         [(r.name, r.specifier) for r in roots[1:] if not provider.is_protected(r.name)]
     )
@@ -136,6 +146,7 @@ def resolve(request: LockRequest, universe: Universe) -> Resolution:
 
 def _native_wants(provider: Provider) -> list[tuple[NormalizedName, SpecifierSet]]:
     reqs, _ = provider.requirements_of(provider.native_candidate())
+    provider.note_extras(reqs)
     return [(r.name, r.specifier) for r in reqs if not provider.is_protected(r.name)]
 
 

@@ -9,7 +9,7 @@ import html
 import json
 import threading
 import zipfile
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -171,6 +171,7 @@ class _Handler(BaseHTTPRequestHandler):
     pep658: bool = True
     hashes: bool = True
     upload_times: Mapping[str, str] = {}
+    on_request: Callable[[str], None] | None = None
 
     def log_message(self, format: str, *args: Any) -> None:
         return
@@ -191,6 +192,8 @@ class _Handler(BaseHTTPRequestHandler):
         self.do_GET()
 
     def do_GET(self) -> None:
+        if self.on_request is not None:
+            self.on_request(self.path)  # a test's log or gate: may block this request
         parts = [p for p in self.path.split("?")[0].split("/") if p]
         if len(parts) == 2 and parts[0] == "simple":
             return self._project(parts[1])
@@ -263,13 +266,25 @@ class _Handler(BaseHTTPRequestHandler):
 
 @contextmanager
 def serve_index(
-    house: Path, *, json_api: bool = True, pep658: bool = True, hashes: bool = True
+    house: Path,
+    *,
+    json_api: bool = True,
+    pep658: bool = True,
+    hashes: bool = True,
+    on_request: Callable[[str], None] | None = None,
 ) -> Iterator[str]:
-    """Serve ``house`` as a simple index on 127.0.0.1; yields the index URL."""
+    """Serve ``house`` as a simple index on 127.0.0.1; yields the index URL. ``on_request``
+    sees each request's path first (from the server's threads, so it may block one)."""
     handler = type(
         "Handler",
         (_Handler,),
-        {"house": house, "json_api": json_api, "pep658": pep658, "hashes": hashes},
+        {
+            "house": house,
+            "json_api": json_api,
+            "pep658": pep658,
+            "hashes": hashes,
+            "on_request": staticmethod(on_request) if on_request else None,
+        },
     )
     server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
     thread = threading.Thread(target=server.serve_forever, daemon=True)
