@@ -229,56 +229,87 @@ def _again(command: str, args: argparse.Namespace, name: str) -> str:
 
 
 def _render_plan(plan: Plan, python: HostPython | None = None) -> None:
+    for line in _plan_lines(plan, python):
+        out(line)
+
+
+def _plan_lines(plan: Plan, python: HostPython | None = None) -> list[str]:
+    """What ``kvenv plan`` prints for ``plan``, line by line."""
     from kvenv.plan.make import plan_to_dict
 
     data = plan_to_dict(plan)
-    out(f"profile: {plan.profile} ({plan.profile_digest})")
+    lines = [f"profile: {plan.profile} ({plan.profile_digest})"]
     if python is not None:
         probed = plan.inputs.host.python.executable
         runs = f"; it runs {probed}" if probed and probed != python.path else ""
-        out(f"host python: {python.describe()}{runs}")
-    out(f"target: {plan.target}")
-    out(f"lock: {plan.lock_digest or 'none (no overlay)'}")
-    out(f"current generation: {plan.current_generation or 'none'}")
-    out("findings:")
+        lines.append(f"host python: {python.describe()}{runs}")
+    lines.append(f"target: {plan.target}")
+    lines.append(f"lock: {plan.lock_digest or 'none (no overlay)'}")
+    lines.append(f"current generation: {plan.current_generation or 'none'}")
+    lines.append("findings:")
     for f in data["findings"]:
         fix = f" (fix: {f['fix']})" if f.get("fix") and f["status"] != "pass" else ""
-        out(f"  {f['status'].upper():<8} {f['message']}{fix}")
+        lines.append(f"  {f['status'].upper():<8} {f['message']}{fix}")
     if not data["findings"]:
-        out("  (no target checks: the profile targets this host)")
-    out("steps:")
+        lines.append("  (no target checks: the profile targets this host)")
+    lines.append("steps:")
     for step in plan.steps:
-        out(f"  [{'done' if step.done else 'todo'}] {step.name}: {step.detail}")
+        lines.append(f"  [{'done' if step.done else 'todo'}] {step.name}: {step.detail}")
     if plan.shadows:
-        out("overlay shadows these host packages:")
+        lines.append("overlay shadows these host packages:")
         for s in plan.shadows:
-            out(f"  {s.name}: host {s.host_version or '(version unknown)'} -> {s.overlay_version}")
+            host = s.host_version or "(version unknown)"
+            lines.append(f"  {s.name}: host {host} -> {s.overlay_version}")
     if plan.up_to_date:
-        out("up to date: the applied generation matches this profile and lock")
-    out(f"compatible: {'yes' if plan.compatible else 'no'}")
+        lines.append("up to date: the applied generation matches this profile and lock")
+    lines.append(f"compatible: {'yes' if plan.compatible else 'no'}")
+    return lines
 
 
 def cmd_plan(args: argparse.Namespace) -> int:
+    from kvenv.cli.quick import recalled_plan
+
+    recalled = recalled_plan(args)  # an answer recorded below, still valid (kvenv.cli.quick)
+    if recalled is not None:
+        noted, known = recalled
+        if noted is not None and noted.note:
+            err(f"note: {noted.note}")
+        if "json" in known:
+            emit_json(known["json"])
+        else:
+            for line in known["lines"]:
+                out(line)
+        return int(known["code"])
+    from kvenv.cli.quick import PlanRecorder
     from kvenv.env.apply import plan_apply
+    from kvenv.lock.input import profile_lock
     from kvenv.plan.make import plan_to_dict
 
     loaded, locations = _load(args)
-    from kvenv.lock.input import profile_lock
-
+    recorder = PlanRecorder(args, loaded, locations)  # the root and --host, before they are read
     python = None if args.host else host_python(args, loaded)  # --host SNAPSHOT wins
     plan = plan_apply(
         loaded,
         profile_lock(loaded),
-        _host(args.host, python, locations.cache),
+        _host(args.host, python, locations.cache, None if args.host else recorder),
         locations,
         strict=args.strict,
         recorded=_recorded(loaded),
+        on_lookup=recorder.look_up,  # the cache and store entries, before they are looked up
     )
+    code = EXIT_OK if plan.compatible else EXIT_CONFLICT
+    answer: dict[str, Any] = {"code": code}
     if args.json:
-        emit_json(plan_to_dict(plan))
+        answer["json"] = plan_to_dict(plan)
+        emit_json(answer["json"])
     else:
-        _render_plan(plan, python)
-    return EXIT_OK if plan.compatible else EXIT_CONFLICT
+        answer["lines"] = _plan_lines(plan, python)
+        for line in answer["lines"]:
+            out(line)
+    on_success = getattr(args, "on_success", None)
+    if on_success is not None:  # recorded once the command succeeded, after the profile's facts
+        on_success.append(lambda: recorder.remember_plan(answer, python))
+    return code
 
 
 # -- apply -------------------------------------------------------------------------------------

@@ -1,6 +1,7 @@
-"""The start-up paths of ``kvenv apply`` (a no-op) and ``kvenv status``: their answer recalled
-from :mod:`kvenv.env.quickstate` when nothing it was decided on changed, and recorded after
-the full path decided it (issue 13).
+"""The start-up paths of ``kvenv apply`` (a no-op), ``kvenv status`` and ``kvenv plan``: their
+answer recalled from :mod:`kvenv.env.quickstate` when nothing it was decided on changed, and
+recorded after the full path decided it (issue 13). A plan's answer is what it printed (its
+lines, or its JSON document) and its exit code.
 
 A recalled answer prints exactly what the full path prints (stdout, stderr, exit code);
 anything unsure (no facts record, no answer recorded, any input changed, ``--verbose``, an
@@ -150,6 +151,45 @@ def recalled_status(args: argparse.Namespace) -> tuple[HostPython, dict[str, Any
     return python, answer
 
 
+def _plan_flags(args: argparse.Namespace) -> dict[str, Any]:
+    """What else a plan's answer depends on: ``--json``, ``--strict`` and ``--host`` (as
+    given; the key holds the working directory it is relative to)."""
+    return {"json": bool(args.json), "strict": bool(args.strict), "host": args.host}
+
+
+def recalled_plan(args: argparse.Namespace) -> tuple[HostPython | None, dict[str, Any]] | None:
+    """``(host python, the plan's answer)`` by a recorded answer of the full path that still
+    holds: ``{"code", "lines"}`` or ``{"code", "json"}``; the host python is None with
+    ``--host`` (the full path resolves none then)."""
+    from kvenv.env.quickstate import recall_answer
+
+    if not _eligible(args):
+        return None
+    found = _facts_and_places(args)
+    if found is None:
+        return None
+    facts, places = found
+    key = _key("plan", args, facts, places) | {"plan": _plan_flags(args)}
+    python = None
+    if not args.host:
+        python = _resolve_python(args, facts)
+        if python is None:
+            return None
+        key["python_row"] = _python_row(python)
+        key["sys_path"] = list(sys.path)
+    answer = recall_answer(_memo_dir(args), key)
+    if answer is None or not isinstance(answer.get("code"), int):
+        return None
+    lines = answer.get("lines")
+    if lines is not None and not (
+        isinstance(lines, list) and all(isinstance(line, str) for line in lines)
+    ):
+        return None
+    if (lines is None) == ("json" not in answer):
+        return None
+    return python, answer
+
+
 def _bundle_key(args: argparse.Namespace) -> dict[str, Any]:
     from kvenv import __version__
 
@@ -213,7 +253,14 @@ class Recorder:
     after it decided (see :mod:`kvenv.env.quickstate`)."""
 
     def __init__(
-        self, command: str, args: argparse.Namespace, loaded: LoadedProfile, locations: Locations
+        self,
+        command: str,
+        args: argparse.Namespace,
+        loaded: LoadedProfile,
+        locations: Locations,
+        files: tuple[str, ...] = (),
+        *,
+        absent_ok: bool = False,
     ) -> None:
         from kvenv.env.manifest import MANIFEST_NAME
         from kvenv.env.quickstate import capture
@@ -223,16 +270,19 @@ class Recorder:
         self.args = args
         self.locations = locations
         self.host: dict[str, Any] | None = None
-        files = [str(owner_file(locations)), str(loaded.lock_path)]
+        self.key_extra: dict[str, Any] = {}
+        files = (str(owner_file(locations)), str(loaded.lock_path), *files)
         if loaded.snapshot_path is not None:
-            files.append(str(loaded.snapshot_path))
+            files += (str(loaded.snapshot_path),)
         self.where: dict[str, Any] = {
             "root": str(locations.root),
             "generations": str(locations.generations),
             "pointer": str(locations.root / POINTER_NAME),
             "manifest_name": MANIFEST_NAME,
-            "files": files,
+            "files": list(files),
         }
+        if absent_ok:  # no root at all is a state too (a plan before the first apply)
+            self.where["absent_ok"] = True
         self.state = capture(**self.where) if _eligible(args) else None
 
     def remember(
@@ -250,8 +300,44 @@ class Recorder:
         facts, places = found
         if (places[0], places[2]) != (self.locations.root, self.locations.cache):
             return
-        key = _key(self.command, self.args, facts, places)
+        key = _key(self.command, self.args, facts, places) | self.key_extra
         if python is not None:
             key["python_row"] = _python_row(python)
             key["sys_path"] = list(sys.path)
         remember_answer(_memo_dir(self.args), key, self.where, self.state, answer, self.host)
+
+
+class PlanRecorder(Recorder):
+    """:class:`Recorder` for ``kvenv plan``: also the ``--host`` snapshot file, and the cache
+    and store entries the plan looks up, captured by :meth:`look_up` before it reads them
+    (:func:`kvenv.env.apply.plan_apply`'s ``on_lookup``). Nothing is recorded unless the
+    plan looked them up through it."""
+
+    def __init__(
+        self, args: argparse.Namespace, loaded: LoadedProfile, locations: Locations
+    ) -> None:
+        host = (str(Path(args.host).absolute()),) if args.host else ()
+        super().__init__("plan", args, loaded, locations, host, absent_ok=True)
+        self.key_extra = {"plan": _plan_flags(args)}
+        self.looked = False
+
+    def look_up(self, shas: list[str]) -> None:
+        """Capture each artifact's cache entry (a directory or not) and store marker (by its
+        bytes), as the plan is about to look them up."""
+        from kvenv.env.quickstate import capture_checks
+        from kvenv.env.store import MARKER, entry_dir
+        from kvenv.fetch.cache import ArtifactCache
+
+        if self.state is None:
+            return
+        cache = ArtifactCache(self.locations.cache)
+        checks = [["dir", str(cache.entry(sha))] for sha in shas]
+        checks += [["file", str(entry_dir(self.locations.store, sha) / MARKER)] for sha in shas]
+        self.where["checks"] = checks
+        self.state = {**self.state, "checks": capture_checks(checks)}
+        self.looked = True
+
+    def remember_plan(self, answer: dict[str, Any], python: HostPython | None) -> None:
+        """Record the plan's answer (with the live host's identity unless ``--host``)."""
+        if self.looked:
+            self.remember(answer, python, host=python is not None)

@@ -132,9 +132,12 @@ def plan_apply(
     strict: bool = False,
     recorded: HostSnapshot | None = None,
     repair: bool = False,
+    on_lookup: Callable[[list[str]], None] | None = None,
 ) -> Plan:
     """The plan against the root's current state and what the cache and store hold. With
-    ``repair`` an unreadable current state counts as nothing applied (the repair rebuilds)."""
+    ``repair`` an unreadable current state counts as nothing applied (the repair rebuilds).
+    ``on_lookup`` hears the artifacts' sha256s before the cache and store are looked up (a
+    recorder captures those entries before they are read: :mod:`kvenv.cli.quick`)."""
     from kvenv.env.pthreport import with_pth_findings
     from kvenv.plan.make import make_plan, with_presence
 
@@ -146,6 +149,8 @@ def plan_apply(
             current = _ForOtherPython(applied.generation)  # made for another interpreter
     draft = make_plan(loaded, lock, host, current, strict=strict, recorded=recorded)
     shas = [a.sha256 for a in draft.artifacts]
+    if on_lookup is not None:
+        on_lookup(shas)
     plan = with_presence(draft, _cached(locations, shas), _stored(locations, shas))
     plan = with_pth_findings(plan, locations.store, loaded.profile.overlay.allow_pth)
     return attrs.evolve(plan, inputs=attrs.evolve(plan.inputs, locations=locations))

@@ -14,8 +14,11 @@ files, the lock and (apply) the live host. Once it has, the CLI records that ans
   its ``extends`` chain has the same bytes), the resolved root and cache, the invocation
   inputs the answer depends on (``--keep`` and ``$KVENV_KEEP_GENERATIONS``, the host
   interpreter as resolved);
-- for apply, the live host's identity (:mod:`kvenv.probe.hostmemo`: the interpreter, its
-  import path, every host read the probe made);
+- for apply and plan, the live host's identity (:mod:`kvenv.probe.hostmemo`: the interpreter,
+  its import path, every host read the probe made); for plan, also the entries of the cache
+  and the store it looks up (:func:`capture_checks`: whether each artifact's cache entry is a
+  directory, each store entry's marker by the sha256 of its bytes), captured before they are
+  looked up, and a ``--host`` snapshot file by the sha256 of its bytes;
 - kvenv's own code, by the stat of every module (another kvenv never reuses an answer).
 
 :func:`recall_answer` captures all of it again and returns the answer only when everything is
@@ -63,20 +66,37 @@ def _current_dirs(manifest: str) -> list[str] | None:
         return None
 
 
+def capture_checks(checks: list[list[str]]) -> list[list[Any]]:
+    """Each ``[kind, path]`` as the full path sees it: ``dir`` whether ``path`` is a directory
+    (an artifact's cache entry), ``file`` the sha256 of its bytes, or None (a store marker)."""
+    return [
+        [kind, path, os.path.isdir(path) if kind == "dir" else _sha(path)] for kind, path in checks
+    ]
+
+
 def capture(
-    root: str, generations: str, pointer: str, manifest_name: str, files: list[str]
+    root: str,
+    generations: str,
+    pointer: str,
+    manifest_name: str,
+    files: list[str],
+    checks: list[list[str]] | None = None,
+    absent_ok: bool = False,
 ) -> dict[str, Any] | None:
-    """The root's state as the full path reads it (see the module); None when it cannot be
-    captured (then nothing is recorded or recalled)."""
+    """The root's state as the full path reads it (see the module), with ``checks``
+    (:func:`capture_checks`) when given; None when it cannot be captured (then nothing is
+    recorded or recalled). With ``absent_ok`` a root that does not exist at all is a state
+    too (nothing applied: a plan before the first apply)."""
     top = _entries(root)
-    if top is None:
+    absent = top is None and absent_ok and not os.path.lexists(root)
+    if top is None and not absent:
         return None
-    root_files: list[list[Any]] = []
-    for entry in top:
-        if entry.is_dir(follow_symlinks=False):
-            root_files.append([entry.name, "dir"])
-        else:
-            root_files.append([entry.name, _sha(entry.path)])
+    root_files: list[list[Any]] | None = None  # absent
+    if top is not None:
+        root_files = [
+            [entry.name, "dir" if entry.is_dir(follow_symlinks=False) else _sha(entry.path)]
+            for entry in top
+        ]
     gens: list[list[Any]] = []
     for entry in _entries(generations) or []:
         gens.append([entry.name, entry.is_dir(), _sha(os.path.join(entry.path, manifest_name))])
@@ -91,12 +111,15 @@ def capture(
         if dirs is None:
             return None
         current = [[d, os.path.isdir(d)] for d in dirs]
-    return {
+    state: dict[str, Any] = {
         "root": root_files,
         "generations": gens,
         "current": current,
         "files": [[f, _sha(f)] for f in files],
     }
+    if checks is not None:
+        state["checks"] = capture_checks(checks)
+    return state
 
 
 def capture_tree(top: str) -> list[list[Any]] | None:
@@ -192,7 +215,7 @@ def recall_answer(directory: Path, key: Mapping[str, Any]) -> dict[str, Any] | N
         else:
             state = capture(
                 where["root"], where["generations"], where["pointer"], where["manifest_name"],
-                list(where["files"]),
+                list(where["files"]), where.get("checks"), bool(where.get("absent_ok")),
             )  # fmt: skip
         if state is None or state != data["state"] or data["code"] != code_identity():
             return None

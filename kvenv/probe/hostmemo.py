@@ -233,7 +233,7 @@ def interpreter_identity(python: str | None, sys_path: list[str]) -> list[Any] |
         facts: Any = child.facts()
         head: list[Any] = ["own", facts]
     else:
-        from kvenv.probe.pyinfo import remote_identity
+        from kvenv.probe.pystamp import remote_identity
 
         found = remote_identity(python, tuple(sys_path))
         if found is None:

@@ -20,6 +20,7 @@ from kvenv.model.fields import NonEmpty
 from kvenv.model.snapshot import PythonInfo
 from kvenv.probe import child
 from kvenv.probe.effects import Effects
+from kvenv.probe.pystamp import remote_identity
 
 PROBE_TIMEOUT = 60.0
 SHORT_NAMES = {"cpython": "cp", "pypy": "pp", "ironpython": "ip", "jython": "jy"}
@@ -88,12 +89,12 @@ def remote_interpreter(python: str, effects: Effects, *, memo: Path | None = Non
     """Run the child probe in ``python`` (isolated, from ``/``) and read its JSON line.
 
     With ``memo`` (a directory), the answer of a native interpreter binary is kept there with
-    the identity of everything it depends on (see :func:`_identity`) and reused, without
-    running anything, while that identity is unchanged: the facts of ``python -I`` are fixed
-    by its binary, its ``pyvenv.cfg`` and the directories of its import path (a new ``.pth``
-    changes its directory). Scripts (a pyenv shim, a wrapper) choose their interpreter at run
-    time and are always run. The host's distributions are never memoized: they are read
-    afresh by every probe (:mod:`kvenv.probe.dists`)."""
+    the identity of everything it depends on (:func:`kvenv.probe.pystamp.remote_identity`)
+    and reused, without running anything, while that identity is unchanged: the facts of
+    ``python -I`` are fixed by its binary, its ``pyvenv.cfg`` and the directories of its
+    import path (a new ``.pth`` changes its directory). Scripts (a pyenv shim, a wrapper)
+    choose their interpreter at run time and are always run. The host's distributions are
+    never memoized: they are read afresh by every probe (:mod:`kvenv.probe.dists`)."""
     if memo is not None:
         remembered = _recall(python, memo)
         if remembered is not None:
@@ -108,41 +109,6 @@ def _memo_file(python: str, memo: Path) -> Path:
     import hashlib
 
     return memo / (hashlib.sha256(python.encode("utf-8", "surrogateescape")).hexdigest() + ".json")
-
-
-def _identity(python: str, sys_path: tuple[str, ...]) -> list[object] | None:
-    """What the facts of ``python -I`` depend on, as stat results; None for anything but a
-    native executable (an interpreter chosen by a script cannot be pinned by its stat)."""
-    import os
-
-    def stamp(path: str) -> list[object]:
-        try:
-            st = os.stat(path)
-        except OSError:
-            return [path, None]
-        return [path, st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns]
-
-    try:
-        with open(python, "rb") as handle:
-            if handle.read(4) != b"\x7fELF":
-                return None
-    except OSError:
-        return None
-    real = os.path.realpath(python)
-    bindir = os.path.dirname(os.path.abspath(python))
-    configs = [os.path.join(d, "pyvenv.cfg") for d in (bindir, os.path.dirname(bindir))]
-    return [
-        ["kvenv probe", child.FACTS_VERSION],
-        stamp(python),
-        stamp(real),
-        *(stamp(c) for c in configs),
-        *(stamp(d) for d in sys_path),
-    ]
-
-
-def remote_identity(python: str, sys_path: tuple[str, ...]) -> list[object] | None:
-    """The identity ``python``'s facts are memoized under (None: a script, never memoized)."""
-    return _identity(python, sys_path)
 
 
 def remembered_sys_path(python: str, memo: Path | None) -> list[str] | None:
@@ -164,7 +130,7 @@ def _recall(python: str, memo: Path) -> Interpreter | None:
         sys_path = _strings(facts.get("sys_path"))
     except (OSError, ValueError, KeyError, TypeError, AttributeError):
         return None
-    if sys_path is None or identity is None or _identity(python, sys_path) != identity:
+    if sys_path is None or identity is None or remote_identity(python, sys_path) != identity:
         return None
     try:
         return interpreter_from_facts(facts, source=python)
@@ -173,7 +139,7 @@ def _recall(python: str, memo: Path) -> Interpreter | None:
 
 
 def _remember(python: str, found: Interpreter, memo: Path) -> None:
-    identity = _identity(python, found.sys_path)
+    identity = remote_identity(python, found.sys_path)
     if identity is None:
         return
     from kvenv._util import atomic

@@ -129,3 +129,35 @@ def test_tree_capture_sees_every_file_change(tmp_path: Path) -> None:
     os.utime(wheel, ns=(st.st_atime_ns, before[-1][5]))
     assert quickstate.capture_tree(str(top)) != before
     assert quickstate.capture_tree(str(tmp_path / "absent")) is None
+
+
+@pytest.mark.parametrize("change", ["cache entry gone", "cache entry new", "marker", "no marker"])
+def test_a_looked_up_entry_that_changed_is_a_miss(tmp_path: Path, change: str) -> None:
+    """plan's checks: a cache entry by whether it is a directory, a store marker by bytes."""
+    where = _root(tmp_path)
+    cached, fresh = tmp_path / "cache" / "aa", tmp_path / "cache" / "bb"
+    cached.mkdir(parents=True)
+    marker = tmp_path / "store" / "aa" / ".marker"
+    marker.parent.mkdir(parents=True)
+    marker.write_text("{}")
+    where["checks"] = [["dir", str(cached)], ["dir", str(fresh)], ["file", str(marker)]]
+    memo = _record(tmp_path, where)
+    if change == "cache entry gone":
+        cached.rmdir()
+    elif change == "cache entry new":
+        fresh.mkdir()
+    elif change == "marker":
+        _edit(marker)
+    else:
+        marker.unlink()
+    assert quickstate.recall_answer(memo, {"k": 1}) is None
+
+
+def test_an_absent_root_is_a_state_only_when_allowed(tmp_path: Path) -> None:
+    where = _root(tmp_path)
+    where["root"] = str(tmp_path / "nothing-yet")
+    assert quickstate.capture(**where) is None  # apply and status: not recorded
+    where["absent_ok"] = True
+    memo = _record(tmp_path, where)
+    (tmp_path / "nothing-yet").mkdir()  # even an empty root is another state
+    assert quickstate.recall_answer(memo, {"k": 1}) is None
