@@ -2,12 +2,14 @@
 
 Generations are hard links into the store: editing an installed file edits the store's copy.
 So an entry, once unpacked and verified, is *sealed*: every file and directory made read-only,
-and ``.kvenv-seal.json`` records each file's size, mode and mtime. Reusing an entry costs one
-``stat`` per file against that record (:func:`seal_problem`); an entry whose files changed in
-any way is verified again in full against its RECORD (:func:`record_problems`) and, if its
-bytes differ, is never linked again: it is removed and unpacked anew from the verified wheel.
-Read-only modes stop accidental writes by other users; root ignores them, which is why the
-record, not the mode, is what is checked.
+and ``.kvenv-seal.json`` records each file's size, mode and mtime, each directory's ctime and
+the names at the entry's top. Reusing an entry costs one ``stat`` per file and per directory
+against that record (:func:`seal_problem`; no directory is listed but the top: a file added,
+removed or renamed anywhere changes its directory's ctime, which no ``touch`` can set back);
+an entry whose files changed in any way is verified again in full against its RECORD
+(:func:`record_problems`) and, if its bytes differ, is never linked again: it is removed and
+unpacked anew from the verified wheel. Read-only modes stop accidental writes by other users;
+root ignores them, which is why the record, not the mode, is what is checked.
 """
 
 from __future__ import annotations
@@ -25,7 +27,9 @@ import attrs
 from kvenv._util import atomic
 
 SEAL = ".kvenv-seal.json"
-SEAL_FORMAT = 1
+# 2: directories are recorded by ctime (and the top by its names) instead of being listed on
+# every check; a format 1 seal reads as broken, so the entry is verified in full and sealed again.
+SEAL_FORMAT = 2
 _WRITE_BITS = stat.S_IWUSR | stat.S_IWGRP | stat.S_IWOTH
 
 
@@ -42,9 +46,16 @@ def _walk(root: Path) -> tuple[list[str], list[str]]:
     return sorted(files), sorted(dirs)
 
 
+def _top_names(base: str) -> list[str]:
+    """The names at the top of an entry (``site``, ``bin``, ...), its own ``.kvenv-`` files
+    left out: the top is renamed into place after sealing, so its ctime cannot be kept."""
+    return sorted(n for n in os.listdir(base) if not n.startswith(".kvenv-"))
+
+
 def seal(root: Path) -> None:
     """Make every file and directory of the entry at ``root`` read-only and record each file's
-    size, mode and mtime in ``root/.kvenv-seal.json`` (written last)."""
+    size, mode and mtime, each directory's ctime (taken once it is read-only) and the names at
+    the top in ``root/.kvenv-seal.json`` (written last)."""
     files, dirs = _walk(root)
     record: dict[str, list[int]] = {}
     for rel in files:
@@ -54,18 +65,25 @@ def seal(root: Path) -> None:
             os.chmod(path, stat.S_IMODE(info.st_mode) & ~_WRITE_BITS)
             info = os.lstat(path)
         record[rel] = [info.st_size, stat.S_IMODE(info.st_mode), info.st_mtime_ns]
-    atomic.write_json(
-        root / SEAL, {"format": SEAL_FORMAT, "files": record}, durable=False, mode=0o444
-    )
-    for rel in [*reversed(dirs), "."]:
+    for rel in reversed(dirs):
         path = root / rel
         os.chmod(path, stat.S_IMODE(os.lstat(path).st_mode) & ~_WRITE_BITS)
+    changed = {rel: os.lstat(root / rel).st_ctime_ns for rel in dirs}
+    document = {
+        "format": SEAL_FORMAT,
+        "files": record,
+        "dirs": changed,
+        "top": _top_names(os.fspath(root)),
+    }
+    atomic.write_json(root / SEAL, document, durable=False, mode=0o444)
+    os.chmod(root, stat.S_IMODE(os.lstat(root).st_mode) & ~_WRITE_BITS)
 
 
 @attrs.frozen
 class SealBreak:
     """How an entry differs from its seal: ``kind`` is ``seal`` (no readable seal), ``added``,
-    ``removed``, ``size``, ``mode`` or ``mtime``; ``path`` is the file concerned."""
+    ``removed``, ``size``, ``mode``, ``mtime`` or ``dir`` (a directory's ctime: an entry of it
+    added, removed or renamed); ``path`` is the file or directory concerned."""
 
     path: Path
     kind: str
@@ -79,49 +97,56 @@ class SealBreak:
             "size": "changed size after sealing",
             "mode": "changed mode after sealing",
             "mtime": "was modified after sealing",
+            "dir": "had a file added, removed or renamed in it (or its mode changed) after sealing",
         }[self.kind]
         return f"{self.path} {what}"
 
 
 def seal_problem(root: Path) -> SealBreak | None:
     """How the entry at ``root`` no longer matches its seal (a file added, removed, resized,
-    re-moded or touched), or None when it matches. One ``stat`` per file (by plain string
-    paths: this runs for every file of every entry a warm apply links)."""
+    re-moded or touched), or None when it matches. One ``stat`` per file and per directory, by
+    plain string paths, and one listing of the top: this runs for every file of every entry a
+    warm apply links."""
     try:
         data = json.loads((root / SEAL).read_text(encoding="utf-8"))
-        recorded: dict[str, list[int]] = data["files"]
-        if data.get("format") != SEAL_FORMAT or not isinstance(recorded, dict):
+        recorded, changed, top = data["files"], data["dirs"], data["top"]
+        if data.get("format") != SEAL_FORMAT or not (
+            isinstance(recorded, dict) and isinstance(changed, dict) and isinstance(top, list)
+        ):
             return SealBreak(root / SEAL, "seal")
     except (OSError, ValueError, KeyError, TypeError):
         return SealBreak(root / SEAL, "seal")
     base = os.fspath(root)
-    found = 0
-    for current, _subdirs, names in os.walk(base):
-        prefix = "" if current == base else current[len(base) + 1 :] + "/"
-        for name in names:
-            rel = prefix + name
-            if prefix == "" and name.startswith(".kvenv-"):
-                continue
-            expected = recorded.get(rel)
-            if expected is None:
-                return SealBreak(root / rel, "added")
-            found += 1
+    lstat = os.lstat
+    try:
+        for rel, (size, mode, mtime) in recorded.items():
             try:
-                info = os.lstat(f"{current}/{name}")
+                info = lstat(f"{base}/{rel}")
             except OSError:
                 return SealBreak(root / rel, "removed")
-            size, mode, mtime = expected
             if info.st_size != size:
                 return SealBreak(root / rel, "size")
-            if stat.S_IMODE(info.st_mode) != mode:
+            if info.st_mode & 0o7777 != mode:
                 return SealBreak(root / rel, "mode")
             if info.st_mtime_ns != mtime:
                 return SealBreak(root / rel, "mtime")
-    if found != len(recorded):
-        files, _ = _walk(root)
-        gone = sorted(set(recorded) - set(files))
-        if gone:
-            return SealBreak(root / gone[0], "removed")
+        for rel, ctime in changed.items():
+            try:
+                info = lstat(f"{base}/{rel}")
+            except OSError:
+                return SealBreak(root / rel, "removed")
+            if info.st_ctime_ns != ctime or not stat.S_ISDIR(info.st_mode):
+                return SealBreak(root / rel, "dir")
+        names = _top_names(base)
+    except (TypeError, ValueError):
+        return SealBreak(root / SEAL, "seal")  # a record of the wrong shape
+    except OSError:
+        return SealBreak(root, "removed")
+    if names != top:
+        added = sorted(set(names) - set(top))
+        return SealBreak(
+            root / (added or sorted(set(top) - set(names)))[0], "added" if added else "removed"
+        )
     return None
 
 

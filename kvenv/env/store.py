@@ -140,6 +140,7 @@ def unpack(
                 record_waivers=record_waivers,
                 jobs=jobs,
                 progress=progress,
+                read_only=True,  # the seal's modes from the start: no chmod per file
             )
         except (zipfile.BadZipFile, zlib.error, EOFError) as exc:
             raise IntegrityError(
@@ -147,7 +148,7 @@ def unpack(
                 hint="the file is damaged; kvenv fetches a damaged cached file again",
             ) from None
         marker = convert.unstructure(_Marker(STORE_FORMAT, sha256, dist))
-        (temp / MARKER).write_text(json.dumps(marker), encoding="utf-8")
+        (temp / MARKER).write_text(json.dumps(marker, separators=(",", ":")), encoding="utf-8")
         seal(temp)
         try:
             os.rename(temp, final)
@@ -155,6 +156,8 @@ def unpack(
             if exc.errno not in (errno.ENOTEMPTY, errno.EEXIST):
                 raise
             remove_sealed(temp)  # another process finished the same entry first
+        else:
+            return StoreEntry(sha256, final, dist)  # the marker just written, not read back
     except BaseException:
         with contextlib.suppress(OSError):
             remove_sealed(temp)
@@ -368,28 +371,37 @@ def link_layer(
     if layer == "overlay":
         check_pth(entries, allow_pth)
     bases = {name: str(getattr(layout, name)) for name in ("site", "bin", "data", "include")}
+    site = bases["site"] + "/"
     plan: dict[str, _Source] = {}
     others: dict[str, list[_Source]] = {}
     for entry in entries:
-        record_name = f"{entry.dist.dist_info}/RECORD"
-        skip_record = bool(entry.dist.scripts)  # rewritten below with the scripts' real hashes
+        # rewritten below with the scripts' real hashes
+        skip = f"{entry.dist.dist_info}/RECORD" if entry.dist.scripts else None
         for record_path in entry.dist.files:
-            if skip_record and record_path == record_name:
+            if record_path.startswith("../"):
+                dest = _destination_text(bases, record_path)
+            elif record_path == skip:
                 continue
-            dest = _destination_text(bases, record_path)
+            else:
+                dest = site + record_path
             if dest in plan:
                 others.setdefault(dest, []).append((entry, record_path))
             else:
                 plan[dest] = (entry, record_path)
-    conflicts = _resolve(plan, others, layer)
+    conflicts = _resolve(plan, others, layer) if others else []
     _drop_shared(plan, bases["site"])
     by_dir: dict[str, list[tuple[str, str]]] = {}
     scripts: list[tuple[StoreEntry, str, Path]] = []
+    sources = {id(entry): f"{entry.path}/site/" for entry in entries}
     for dest, (entry, path) in plan.items():
         if path.startswith("../bin/"):
             scripts.append((entry, path, Path(dest)))
             continue
-        by_dir.setdefault(dest.rpartition("/")[0], []).append((f"{entry.path}/site/{path}", dest))
+        directory = dest[: dest.rindex("/")]
+        pairs = by_dir.get(directory)
+        if pairs is None:
+            pairs = by_dir[directory] = []
+        pairs.append((sources[id(entry)] + path, dest))
     for directory in sorted({str(d.parent) for _, _, d in scripts}):
         os.makedirs(directory, exist_ok=True)
     _link_many(by_dir, jobs=_cpu_jobs(jobs), progress=progress)
@@ -430,7 +442,8 @@ def _resolve(
 def _drop_shared(plan: dict[str, _Source], site: str) -> None:
     """Files bound for a directory shared with another layer (``bin``, ``data``, ``include``)
     that exist already: identical bytes are left as they are, others are an error."""
-    for dest in [d for d in plan if not d.startswith(site + "/") and os.path.lexists(d)]:
+    inside = site + "/"
+    for dest in [d for d in plan if not d.startswith(inside) and os.path.lexists(d)]:
         entry, path = plan[dest]
         if path.startswith("../bin/"):
             continue  # a script is compared once its shebang is rewritten (_write_scripts)
@@ -451,10 +464,9 @@ def _replaces_native(entry: StoreEntry, dest: str) -> InstallError:
 def _destination_text(bases: Mapping[str, str], record_path: str) -> str:
     """Where a RECORD path (relative to the store entry's ``site``) lands in the layer."""
     if record_path.startswith("../"):
-        for name in ("bin", "data", "include"):
-            prefix = f"../{name}/"
-            if record_path.startswith(prefix):
-                return f"{bases[name]}/{record_path[len(prefix) :]}"
+        name, _, rest = record_path[3:].partition("/")
+        if rest and name in ("bin", "data", "include"):
+            return f"{bases[name]}/{rest}"
     return f"{bases['site']}/{record_path}"
 
 

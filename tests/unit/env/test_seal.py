@@ -76,3 +76,66 @@ def test_a_sealed_tree_can_be_removed(tmp_path: Path) -> None:
     store, sha, _ = _entry(tmp_path)
     remove_sealed(store / sha)
     assert not (store / sha).exists()
+
+
+def test_a_file_added_deep_in_an_entry_is_seen_even_with_the_mtime_set_back(
+    tmp_path: Path,
+) -> None:
+    """No directory is listed on reuse: its ctime (which no ``touch`` sets back) is checked."""
+    store, sha, wheel = _entry(tmp_path)
+    package = store / sha / "site" / "alpha"
+    before = os.stat(package)
+    os.chmod(package, 0o755)
+    (package / "planted.py").write_text("import os\n")
+    os.chmod(package, stat.S_IMODE(before.st_mode))
+    os.utime(package, ns=(before.st_atime_ns, before.st_mtime_ns))
+    broken = seal_problem(store / sha)
+    assert broken is not None and broken.path == package and broken.kind == "dir"
+    assert "added, removed or renamed" in broken.message
+    # its RECORD files are intact: sealed again (the planted file is never linked: the file
+    # list comes from the marker)
+    heard: list[str] = []
+    unpack_all(store, {sha: wheel}, jobs=1, on_damaged=heard.append)
+    assert heard == [] and seal_problem(store / sha) is None
+
+
+def test_a_removed_file_and_a_writable_directory_break_the_seal(tmp_path: Path) -> None:
+    store, sha, _ = _entry(tmp_path)
+    package = store / sha / "site" / "alpha"
+    os.chmod(package, 0o755)  # a mode change of a directory changes its ctime
+    broken = seal_problem(store / sha)
+    assert broken is not None and broken.kind == "dir"
+    (package / "core.py").unlink()
+    broken = seal_problem(store / sha)
+    assert broken is not None and broken.path == package / "core.py"
+    assert broken.kind == "removed"
+
+
+def test_a_name_added_at_the_top_of_an_entry_breaks_the_seal(tmp_path: Path) -> None:
+    store, sha, _ = _entry(tmp_path)
+    top = store / sha
+    os.chmod(top, 0o755)
+    (top / "extra").mkdir()
+    broken = seal_problem(top)
+    assert broken is not None and broken.path == top / "extra" and broken.kind == "added"
+
+
+def test_an_older_seal_is_checked_in_full_and_sealed_again(tmp_path: Path) -> None:
+    import json
+
+    from kvenv.env.seal import SEAL, SEAL_FORMAT
+
+    store, sha, wheel = _entry(tmp_path)
+    seal_file = store / sha / SEAL
+    document = json.loads(seal_file.read_text())
+    old = {"format": 1, "files": document["files"]}  # format 1: no directories, no top
+    os.chmod(store / sha, 0o755)
+    seal_file.unlink()
+    seal_file.write_text(json.dumps(old))
+    broken = seal_problem(store / sha)
+    assert broken is not None and broken.kind == "seal"
+    heard: list[str] = []
+    unpack_all(store, {sha: wheel}, jobs=1, on_damaged=heard.append)
+    assert heard == []
+    assert json.loads(seal_file.read_text())["format"] == SEAL_FORMAT
+    assert seal_problem(store / sha) is None

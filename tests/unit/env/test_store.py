@@ -243,3 +243,58 @@ def test_an_entry_another_process_just_finished_is_used_not_removed(
     again = unpack(tmp_path / "store", sha, wheel)
     assert again.path == entry.path
     assert (entry.path / "site" / "helper" / "__init__.py").stat().st_ino == inode
+
+
+def _tree(root: Path) -> dict[str, tuple[str, int | None]]:
+    """Every path under ``root``: its kind and, for a file, its bytes' hash."""
+    import hashlib
+
+    out: dict[str, tuple[str, int | None]] = {}
+    for path in sorted(root.rglob("*")):
+        rel = str(path.relative_to(root))
+        if path.is_dir():
+            out[rel] = ("dir", None)
+        else:
+            digest = int.from_bytes(hashlib.sha256(path.read_bytes()).digest()[:8], "big")
+            out[rel] = ("file", digest)
+    return out
+
+
+def test_parallel_linking_builds_the_same_layer_as_serial(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Several real wheels with many directories, a shared file with equal bytes, a file two
+    wheels ship with different bytes, scripts and data: linked by one thread and by four (in
+    batches of a few files, so that batches race to make parent directories), the layers are
+    the same tree, the same RECORDs and the same conflicts."""
+    monkeypatch.setattr(store, "LINK_CHUNK", 7)
+    wheels = []
+    for name in ("zeta", "alpha", "mid"):
+        files = {f"{name}/d{d}/s{s}/m{i}.py": f"{name} {d} {s} {i}\n" for d in range(6)
+                 for s in range(3) for i in range(4)}  # fmt: skip
+        files["shared/__init__.py"] = ""  # equal bytes everywhere: not a conflict
+        files["shared/version.py"] = f"WHO = {name!r}\n"  # different bytes: a conflict
+        files[f"{name}-1.data/data/share/{name}/conf.txt"] = name
+        wheels.append(
+            build_wheel(tmp_path / "w", name, "1", files=files, entry_points={name: "x:main"})
+        )
+    entries = unpack_all(tmp_path / "store", {sha256_of(w): w for w in wheels}, jobs=2)
+    chosen = [entries[sha256_of(w)] for w in wheels]
+    serial = link_layer(chosen, _layout(tmp_path / "serial"), python="py", jobs=1)
+    parallel = link_layer(chosen, _layout(tmp_path / "parallel"), python="py", jobs=4)
+    assert serial == parallel
+    assert sorted((c.file, c.winner, c.loser) for c in serial.conflicts) == [
+        ("shared/version.py", "alpha", "mid"),
+        ("shared/version.py", "alpha", "zeta"),
+    ]
+    tree = _tree(tmp_path / "serial")
+    assert tree == _tree(tmp_path / "parallel")
+    assert sum(1 for kind, _ in tree.values() if kind == "file") > 3 * 6 * 3 * 4
+    linked = tmp_path / "parallel" / "overlay" / "zeta" / "d5" / "s2" / "m3.py"
+    assert (
+        linked.stat().st_ino
+        == entries[sha256_of(wheels[0])].source_of("zeta/d5/s2/m3.py").stat().st_ino
+    )
+    assert (tmp_path / "parallel" / "overlay" / "shared" / "version.py").read_text() == (
+        "WHO = 'alpha'\n"
+    )
