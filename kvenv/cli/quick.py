@@ -13,12 +13,13 @@ and the state reader.
 from __future__ import annotations
 
 import argparse
-import hashlib
 import json
 import os
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
+
+from kvenv._util.smallhash import sha256_hex
 
 if TYPE_CHECKING:
     from kvenv.model.facts import ProfileFacts
@@ -31,7 +32,7 @@ def _env_digest() -> str:
     """Every ``KVENV_*`` variable (hashed: one may hold a secret): any of them may change
     where a command looks or what it decides."""
     items = sorted((k, v) for k, v in os.environ.items() if k.startswith("KVENV_"))
-    return hashlib.sha256(json.dumps(items).encode("utf-8", "surrogateescape")).hexdigest()
+    return sha256_hex(json.dumps(items).encode("utf-8", "surrogateescape"))
 
 
 def _memo_dir(args: argparse.Namespace) -> Path:

@@ -30,23 +30,17 @@ full path that succeeded are recorded. This module imports only the standard lib
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from kvenv._util.identity import code_identity, small_sha256
+from kvenv._util.smallhash import sha256_hex
+
 ANSWERS_DIR = "quick-state-v1"
 _KEEP_RECORDS = 64
-
-
-def _sha(path: str) -> str | None:
-    try:
-        with open(path, "rb") as stream:
-            return hashlib.sha256(stream.read()).hexdigest()
-    except OSError:
-        return None
 
 
 def _entries(directory: str) -> list[os.DirEntry[str]] | None:
@@ -70,7 +64,8 @@ def capture_checks(checks: list[list[str]]) -> list[list[Any]]:
     """Each ``[kind, path]`` as the full path sees it: ``dir`` whether ``path`` is a directory
     (an artifact's cache entry), ``file`` the sha256 of its bytes, or None (a store marker)."""
     return [
-        [kind, path, os.path.isdir(path) if kind == "dir" else _sha(path)] for kind, path in checks
+        [kind, path, os.path.isdir(path) if kind == "dir" else small_sha256(path)]
+        for kind, path in checks
     ]
 
 
@@ -94,12 +89,14 @@ def capture(
     root_files: list[list[Any]] | None = None  # absent
     if top is not None:
         root_files = [
-            [entry.name, "dir" if entry.is_dir(follow_symlinks=False) else _sha(entry.path)]
+            [entry.name, "dir" if entry.is_dir(follow_symlinks=False) else small_sha256(entry.path)]
             for entry in top
         ]
     gens: list[list[Any]] = []
     for entry in _entries(generations) or []:
-        gens.append([entry.name, entry.is_dir(), _sha(os.path.join(entry.path, manifest_name))])
+        gens.append(
+            [entry.name, entry.is_dir(), small_sha256(os.path.join(entry.path, manifest_name))]
+        )
     current: list[list[Any]] = []
     try:
         with open(pointer, "rb") as stream:
@@ -115,7 +112,7 @@ def capture(
         "root": root_files,
         "generations": gens,
         "current": current,
-        "files": [[f, _sha(f)] for f in files],
+        "files": [[f, small_sha256(f)] for f in files],
     }
     if checks is not None:
         state["checks"] = capture_checks(checks)
@@ -148,26 +145,8 @@ def capture_tree(top: str) -> list[list[Any]] | None:
     return sorted(found)
 
 
-def code_identity() -> list[list[Any]]:
-    """Every module of this kvenv by name, size, mtime and inode."""
-    package = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    found: list[list[Any]] = []
-    stack = [package]
-    while stack:
-        for entry in _entries(stack.pop()) or []:
-            if entry.is_dir() and entry.name != "__pycache__":
-                stack.append(entry.path)
-            elif entry.name.endswith(".py"):
-                try:
-                    st = entry.stat()
-                except OSError:
-                    continue
-                found.append([entry.path, st.st_size, st.st_mtime_ns, st.st_ino])
-    return found
-
-
 def _record_path(directory: Path, key: Mapping[str, Any]) -> Path:
-    name = hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:32]
+    name = sha256_hex(json.dumps(key, sort_keys=True).encode())[:32]
     return directory / f"{name}.json"
 
 

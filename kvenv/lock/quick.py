@@ -29,12 +29,13 @@ atomically; a damaged or unreadable one is a miss, never an error.
 
 from __future__ import annotations
 
-import hashlib
 import json
-import os
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
+
+from kvenv._util.identity import code_identity, small_sha256, stat_identity
+from kvenv._util.smallhash import sha256_hex
 
 CHECKS_DIR = "lock-checks-v1"
 INPUTS_DIR = "lock-inputs-v1"
@@ -43,49 +44,16 @@ _KEEP = 64  # records kept per kind; the oldest go when more are written
 _CODE_DIRS = ("model", "lock", "_util", "cli")
 
 
-def _sha(path: Path) -> str | None:
-    try:
-        with open(path, "rb") as stream:
-            return hashlib.sha256(stream.read()).hexdigest()
-    except OSError:
-        return None
-
-
-def file_identity(path: Path) -> list[int] | None:
-    """(device, inode, size, mtime, ctime) of ``path``; None when there is none. An edit in
-    place that restores size and mtime still moves the ctime."""
-    try:
-        st = os.stat(path)
-    except OSError:
-        return None
-    return [st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns]
-
-
-def _code() -> list[list[Any]]:
-    package = Path(__file__).resolve().parent.parent
-    found: list[list[Any]] = []
-    for directory in (package, *(package / d for d in _CODE_DIRS)):
-        try:
-            entries = sorted(os.scandir(directory), key=lambda e: e.name)
-        except OSError:
-            continue
-        for entry in entries:
-            if entry.name.endswith(".py"):
-                st = entry.stat()
-                found.append([entry.path, st.st_size, st.st_mtime_ns, st.st_ino])
-    return found
-
-
 def _key(kind: str, chain: Sequence[Path], extra: Sequence[str]) -> str | None:
     """The record key: kvenv's version, the working directory (relative paths), the profile's
     files with their sha256, and ``extra``; None when a file of the chain cannot be read."""
     from kvenv import __version__
 
-    files = [[str(p), _sha(p)] for p in chain]
+    files = [[str(p), small_sha256(p)] for p in chain]
     if any(sha is None for _, sha in files):
         return None
     parts = [kind, __version__, str(Path.cwd()), files, list(extra)]
-    return hashlib.sha256(json.dumps(parts).encode()).hexdigest()[:32]
+    return sha256_hex(json.dumps(parts).encode())[:32]
 
 
 def _read(directory: Path, key: str | None) -> dict[str, Any] | None:
@@ -118,16 +86,16 @@ def observe(lock: Path, snapshot: Path | None) -> dict[str, Any]:
     check runs is recorded as it was, and the next run misses): the lock's and the snapshot's
     sha256 and kvenv's code. The other files it reads are added as :func:`identities`."""
     return {
-        "code": _code(),
-        "lock": _sha(lock),
-        "snapshot": None if snapshot is None else [str(snapshot), _sha(snapshot)],
+        "code": code_identity(*_CODE_DIRS),
+        "lock": small_sha256(lock),
+        "snapshot": None if snapshot is None else [str(snapshot), small_sha256(snapshot)],
         "read": [],
     }
 
 
 def identities(paths: Iterable[Path]) -> list[list[Any]]:
     """(path, :func:`file_identity`) of each of ``paths``."""
-    return [[str(p), file_identity(p)] for p in paths]
+    return [[str(p), stat_identity(p)] for p in paths]
 
 
 def remember_passed(
@@ -161,15 +129,17 @@ def recall_passed(
     try:
         if data["digest"] != digest:
             return None
-        if data["lock"] is None or data["lock"] != _sha(lock):
+        if data["lock"] is None or data["lock"] != small_sha256(lock):
             return None
         snapshot = data["snapshot"]
-        if snapshot is not None and (snapshot[1] is None or _sha(Path(snapshot[0])) != snapshot[1]):
+        if snapshot is not None and (
+            snapshot[1] is None or small_sha256(Path(snapshot[0])) != snapshot[1]
+        ):
             return None
         for path, identity in data["read"]:
-            if file_identity(Path(path)) != identity:
+            if stat_identity(Path(path)) != identity:
                 return None
-        if data["code"] != _code():
+        if data["code"] != code_identity(*_CODE_DIRS):
             return None
         result = data["result"]
     except (KeyError, TypeError, IndexError, ValueError):

@@ -33,6 +33,7 @@ import os
 from collections.abc import Mapping
 from pathlib import Path
 
+from kvenv._util.identity import code_identity, small_sha256, stat_identity
 from kvenv._util.smallhash import sha256_hex
 
 TYPE_CHECKING = False
@@ -133,34 +134,6 @@ def _key(ref: str | None, cwd: Path, env: Mapping[str, str]) -> str:
     return sha256_hex(json.dumps(parts).encode())[:32]
 
 
-def _dir_identity(path: Path) -> list[int] | None:
-    try:
-        st = os.stat(path)
-    except OSError:
-        return None
-    return [st.st_dev, st.st_ino, st.st_mtime_ns]
-
-
-def _file_sha(path: Path) -> str | None:
-    try:
-        with open(path, "rb") as stream:
-            return sha256_hex(stream.read())
-    except OSError:
-        return None
-
-
-def _code_identity() -> list[list[Any]]:
-    package = Path(__file__).resolve().parent.parent
-    found: list[list[Any]] = []
-    for path in [package / "__init__.py", *sorted((package / "model").glob("*.py"))]:
-        try:
-            st = os.stat(path)
-        except OSError:
-            continue
-        found.append([path.name, st.st_size, st.st_mtime_ns, st.st_ino])
-    return found
-
-
 def _lookup_dirs(chain: list[Path], cwd: Path, env: Mapping[str, str]) -> list[str]:
     from kvenv._util.resources import data_dir
     from kvenv.model.places import ENV_PATH
@@ -216,8 +189,8 @@ def _record(loaded: LoadedProfile, here: Path, env: Mapping[str, str]) -> dict[s
     host_python = loaded.host_python_path
     return {
         "files": [[str(p), sha] for p, sha in zip(chain, loaded.chain_sha256, strict=True)],
-        "dirs": [[d, _dir_identity(Path(d))] for d in _lookup_dirs(chain, here, env)],
-        "code": _code_identity(),
+        "dirs": [[d, stat_identity(d)] for d in _lookup_dirs(chain, here, env)],
+        "code": code_identity("model"),
         "name": profile.name,
         "path": str(loaded.path),
         "origin": loaded.origin,
@@ -264,13 +237,13 @@ def cached_facts(
     except (OSError, ValueError, KvenvError):  # KvenvError: a blank cache path
         return None
     try:
-        if data["code"] != _code_identity():
+        if data["code"] != code_identity("model"):
             return None
         for path, sha in data["files"]:
-            if _file_sha(Path(path)) != sha:
+            if small_sha256(path) != sha:
                 return None
         for directory, identity in data["dirs"]:
-            if _dir_identity(Path(directory)) != identity:
+            if stat_identity(directory) != identity:
                 return None
         if not _well_formed(data):
             return None

@@ -29,12 +29,14 @@ directory added, removed or renamed) — an installer never does that.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import sys
 from collections.abc import Iterator, Mapping
 from typing import Any
+
+from kvenv._util.identity import small_sha256, stamp
+from kvenv._util.smallhash import sha256_hex
 
 MEMO_VERSION = 1
 # Programs whose answer is a function of files: (program name, argv tail) -> files it reads.
@@ -47,23 +49,7 @@ Read = list[Any]  # [kind, argument, answer digest]
 
 
 def _digest(value: object) -> str:
-    return hashlib.sha256(repr(value).encode("utf-8", "surrogateescape")).hexdigest()
-
-
-def _stamp(path: str) -> list[Any]:
-    try:
-        st = os.stat(path)
-    except OSError:
-        return [path, None]
-    return [path, st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns]
-
-
-def _file_digest(path: str) -> str | None:
-    try:
-        with open(path, "rb") as stream:
-            return hashlib.sha256(stream.read()).hexdigest()
-    except OSError:
-        return None
+    return sha256_hex(repr(value).encode("utf-8", "surrogateescape"))
 
 
 def _confstr_libc() -> str | None:
@@ -124,7 +110,7 @@ def watched(effects: Any, reads: list[Read]) -> Any:
     from kvenv.probe.effects import Effects
 
     def read_text(path: str) -> str | None:
-        reads.append(["read", path, _file_digest(path)])  # before: a change after is seen
+        reads.append(["read", path, small_sha256(path)])  # before: a change after is seen
         return effects.read_text(path)  # type: ignore[no-any-return]
 
     def exists(path: str) -> bool:
@@ -146,7 +132,7 @@ def watched(effects: Any, reads: list[Read]) -> Any:
         argv = [str(a) for a in argv]
         files = _program_files(argv)
         if files is not None:
-            reads.append(["run-files", argv, [_stamp(f) for f in files]])
+            reads.append(["run-files", argv, [stamp(f) for f in files]])
         result = effects.run(argv, timeout)
         if files is None:
             reads.append(["run", argv, _digest(result)])
@@ -191,7 +177,7 @@ def _replay(read: Read) -> bool:
     if kind == "env-all":
         return _digest(sorted(os.environ.items())) == answer
     if kind == "read":
-        return _file_digest(argument) == answer
+        return small_sha256(argument) == answer
     if kind == "exists":
         return os.path.exists(argument) == answer
     if kind == "is_dir":
@@ -202,7 +188,7 @@ def _replay(read: Read) -> bool:
         found: object = shutil.which(argument)
         return found == answer
     if kind == "run-files":
-        return [_stamp(f) for f in _program_files(argument) or ()] == answer
+        return [stamp(f) for f in _program_files(argument) or ()] == answer
     if kind == "no-nvml":  # pynvml was not importable; still not findable
         import importlib.util
 
@@ -226,7 +212,7 @@ def interpreter_identity(python: str | None, sys_path: list[str]) -> list[Any] |
     (``python`` None) by its facts, another by the identity its facts are memoized under;
     both with the stamp of every directory of ``sys_path`` and of kvenv's own import path.
     None when no identity can be had (an interpreter that is a script)."""
-    own_path = [_stamp(d) for d in sys.path if d]
+    own_path = [stamp(d) for d in sys.path if d]
     if python is None:
         from kvenv.probe import child
 
@@ -239,7 +225,7 @@ def interpreter_identity(python: str | None, sys_path: list[str]) -> list[Any] |
         if found is None:
             return None
         head = ["remote", python, found]
-    return [MEMO_VERSION, head, [_stamp(d) for d in sys_path], own_path]
+    return [MEMO_VERSION, head, [stamp(d) for d in sys_path], own_path]
 
 
 def watch_probe(python: str | None, memo: Any = None) -> tuple[Any, dict[str, Any] | None]:
@@ -284,4 +270,4 @@ def host_unchanged(identity: Mapping[str, Any]) -> bool:
 
 def identity_digest(identity: Mapping[str, Any]) -> str:
     """A short name for ``identity`` (for logs and tests)."""
-    return hashlib.sha256(json.dumps(identity, sort_keys=True).encode()).hexdigest()[:16]
+    return sha256_hex(json.dumps(identity, sort_keys=True).encode())[:16]

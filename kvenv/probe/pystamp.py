@@ -7,15 +7,8 @@ from __future__ import annotations
 
 import os
 
+from kvenv._util.identity import stamp
 from kvenv.probe.child import FACTS_VERSION
-
-
-def _stamp(path: str) -> list[object]:
-    try:
-        st = os.stat(path)
-    except OSError:
-        return [path, None]
-    return [path, st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns]
 
 
 def remote_identity(python: str, sys_path: tuple[str, ...]) -> list[object] | None:
@@ -32,8 +25,8 @@ def remote_identity(python: str, sys_path: tuple[str, ...]) -> list[object] | No
     configs = [os.path.join(d, "pyvenv.cfg") for d in (bindir, os.path.dirname(bindir))]
     return [
         ["kvenv probe", FACTS_VERSION],
-        _stamp(python),
-        _stamp(real),
-        *(_stamp(c) for c in configs),
-        *(_stamp(d) for d in sys_path),
+        stamp(python),
+        stamp(real),
+        *(stamp(c) for c in configs),
+        *(stamp(d) for d in sys_path),
     ]

@@ -1,0 +1,379 @@
+"""``kvenv lock --check`` and an unchanged offline ``kvenv lock`` answered from records
+(kvenv.lock.quick) without loading the profile: byte for byte what the full path prints, and
+never once anything the full path reads has changed."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import kvenv.lock.check
+import kvenv.model.loading
+from kvenv.cli import main
+from kvenv.lock.quick import CHECKS_DIR, INPUTS_DIR, recall_passed
+from kvenv.model.facts import FACTS_DIR
+from tests.support.lockenv import (
+    HOST_TORCH,
+    basic_house,
+    isolate_index_env,
+    serve_index,
+    write_project,
+)
+from tests.support.wheels import build_wheel, sha256_of
+
+EVIL_FILES = {"evil/__init__.py": "x = 1\n", "torch/__init__.py": "import os\n"}
+Said = tuple[int, str, str]
+
+
+class Loads:
+    """``load_profile`` counted: how many commands took the full path."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        self.calls = 0
+        real = kvenv.model.loading.load_profile
+
+        def counted(*args: Any, **kwargs: Any) -> Any:
+            self.calls += 1
+            return real(*args, **kwargs)
+
+        monkeypatch.setattr(kvenv.model.loading, "load_profile", counted)
+
+    def take(self) -> int:
+        calls, self.calls = self.calls, 0
+        return calls
+
+
+@pytest.fixture
+def cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    isolate_index_env(monkeypatch, tmp_path / "cache")
+    return tmp_path / "cache"
+
+
+@pytest.fixture
+def project(tmp_path: Path, cache: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A project with a parent profile, locked from a find-links house; the project dir."""
+    root = tmp_path / "p"
+    write_project(root, distributions=[HOST_TORCH])
+    profile = root / "profiles" / "testbox.toml"
+    (root / "profiles" / "base.toml").write_text(
+        'schema = 1\nname = "base"\n[runtime]\ndtype = "float16"\n'
+    )
+    text = profile.read_text().replace('name = "testbox"\n', 'name = "testbox"\nextends = "base"\n')
+    profile.write_text(text)
+    basic_house(root / "house")
+    monkeypatch.chdir(root)
+    assert main(["lock", "testbox", "--find-links", "house", "--no-index"]) == 0
+    return root
+
+
+def _run(argv: list[str], capsys: pytest.CaptureFixture[str]) -> Said:
+    capsys.readouterr()
+    code = main(argv)
+    said = capsys.readouterr()
+    return code, said.out, said.err
+
+
+def _forget(cache: Path, *kinds: str) -> None:
+    for kind in kinds:
+        shutil.rmtree(cache / kind, ignore_errors=True)
+
+
+CHECKS = [["lock", "testbox", "--check"], ["lock", "testbox", "--check", "--json"]]
+
+
+@pytest.mark.parametrize("argv", CHECKS, ids=["text", "json"])
+def test_a_passed_check_is_answered_from_its_record_byte_for_byte(
+    project: Path,
+    cache: Path,
+    argv: list[str],
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    loads = Loads(monkeypatch)
+    full = _run(argv, capsys)
+    assert full[0] == 0 and loads.take() == 1
+    assert list((cache / CHECKS_DIR).glob("*.json"))
+    quick = _run(argv, capsys)
+    assert loads.take() == 0  # the profile was not loaded
+    assert quick == full
+    _forget(cache, CHECKS_DIR, FACTS_DIR)
+    assert _run(argv, capsys) == full and loads.take() == 1
+
+
+def _edit_profile(root: Path) -> None:
+    profile = root / "profiles" / "testbox.toml"
+    profile.write_text(profile.read_text().replace('glibc = "2.35"', 'glibc = "2.39"'))
+
+
+def _edit_parent(root: Path) -> None:
+    parent = root / "profiles" / "base.toml"
+    parent.write_text(parent.read_text().replace("float16", "bfloat16"))
+
+
+def _edit_lock(root: Path) -> None:
+    lock = root / "locks" / "pylock.testbox.toml"
+    text = lock.read_text()
+    lock.write_text(text.replace('version = "2.1.0"', 'version = "2.1.1"', 1))
+
+
+def _edit_snapshot(root: Path) -> None:
+    snapshot = root / "profiles" / "testbox.host.json"
+    data = json.loads(snapshot.read_text())
+    data["distributions"].append({"name": "extra-host-pkg", "version": "1.0"})
+    snapshot.write_text(json.dumps(data))
+
+
+def _same_size_snapshot(root: Path) -> None:
+    """The snapshot rewritten in place to other bytes of the same size, its mtime restored."""
+    snapshot = root / "profiles" / "testbox.host.json"
+    before = snapshot.stat()
+    snapshot.write_text(snapshot.read_text().replace('"cp312"', '"cp311"', 1))
+    os.utime(snapshot, ns=(before.st_atime_ns, before.st_mtime_ns))
+
+
+EDITS: dict[str, Callable[[Path], None]] = {
+    "profile": _edit_profile,
+    "parent": _edit_parent,
+    "lock": _edit_lock,
+    "snapshot": _edit_snapshot,
+    "snapshot, same size and mtime": _same_size_snapshot,
+}
+
+
+@pytest.mark.parametrize("edit", list(EDITS), ids=list(EDITS))
+@pytest.mark.parametrize("as_json", [False, True], ids=["text", "json"])
+def test_an_edit_is_noticed_with_the_record_present(
+    project: Path,
+    cache: Path,
+    edit: str,
+    as_json: bool,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    argv = CHECKS[1] if as_json else CHECKS[0]
+    assert _run(argv, capsys)[0] == 0
+    assert _run(argv, capsys)[0] == 0  # from the record
+    EDITS[edit](project)
+    loads = Loads(monkeypatch)
+    with_record = _run(argv, capsys)
+    assert with_record[0] != 0 and loads.take() == 1
+    _forget(cache, CHECKS_DIR, FACTS_DIR, INPUTS_DIR)
+    assert _run(argv, capsys) == with_record  # the same failure as without any record
+    assert not list((cache / CHECKS_DIR).glob("*.json"))  # a failure is never recorded
+
+
+def test_a_wheel_at_hand_that_ships_torch_is_caught_with_the_record_present(
+    tmp_path: Path,
+    cache: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    from kvenv._util.urls import allow_loopback_http
+    from kvenv.fetch.cache import ArtifactCache
+
+    root = tmp_path / "p"
+    write_project(root, distributions=[HOST_TORCH], native_requires=["torch==2.10.0", "evil"])
+    house = basic_house(tmp_path / "house")
+    evil = build_wheel(house, "evil", "1.0", files=EVIL_FILES)
+    monkeypatch.chdir(root)
+    check = ["lock", "testbox", "--check"]
+    loads = Loads(monkeypatch)
+    with serve_index(house) as url, allow_loopback_http():
+        assert main(["lock", "testbox", "--index-url", url, "--no-portable"]) == 0
+        assert _run(check, capsys)[0] == 0
+        loads.take()
+        assert _run(check, capsys)[0] == 0 and loads.take() == 0
+        entry = ArtifactCache(cache).entry(sha256_of(evil))
+        entry.mkdir(parents=True)
+        (entry / evil.name).write_bytes(evil.read_bytes())
+        code, _, err = _run(check, capsys)
+    assert code == 1 and loads.take() == 1
+    assert "evil-1.0-py3-none-any.whl" in err and "'torch/'" in err
+
+
+def test_a_parent_shadowed_on_the_search_path_is_noticed(
+    project: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert _run(CHECKS[0], capsys)[0] == 0
+    monkeypatch.setenv("KVENV_PROFILE_PATH", "")
+    assert _run(CHECKS[0], capsys)[0] == 0
+    loads = Loads(monkeypatch)
+    assert _run(CHECKS[0], capsys)[0] == 0 and loads.take() == 0
+    other = project / "elsewhere"
+    other.mkdir()
+    (other / "base.toml").write_text('schema = 1\nname = "base"\n[runtime]\ndtype = "float32"\n')
+    parent = project / "profiles" / "base.toml"
+    parent.rename(other / "gone.toml")  # the parent is now found on the search path only
+    monkeypatch.setenv("KVENV_PROFILE_PATH", str(other))
+    code, _, err = _run(CHECKS[0], capsys)
+    assert code == 1 and loads.take() == 1 and "profile changed" in err
+
+
+def test_touching_a_file_the_check_reads_makes_it_run_again(
+    project: Path, cache: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    full = _run(CHECKS[0], capsys)
+    loads = Loads(monkeypatch)
+    assert _run(CHECKS[0], capsys) == full and loads.take() == 0
+    wheel = next((project / "house").glob("alpha-*.whl"))
+    data = wheel.read_bytes()
+    wheel.unlink()
+    wheel.write_bytes(data)  # the same bytes, another file
+    assert _run(CHECKS[0], capsys) == full and loads.take() == 1
+    assert _run(CHECKS[0], capsys) == full and loads.take() == 0
+
+
+def test_a_damaged_record_is_a_miss(
+    project: Path, cache: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    full = _run(CHECKS[0], capsys)
+    for record in (cache / CHECKS_DIR).glob("*.json"):
+        record.write_text('{"lock": ')
+    loads = Loads(monkeypatch)
+    assert _run(CHECKS[0], capsys) == full and loads.take() == 1
+    for record in (cache / CHECKS_DIR).glob("*.json"):
+        data = json.loads(record.read_text())
+        data["result"] = "not a dict"
+        record.write_text(json.dumps(data))
+    assert _run(CHECKS[0], capsys) == full and loads.take() == 1
+
+
+def test_a_record_holds_only_for_the_same_lock_path(project: Path, cache: Path) -> None:
+    lock = project / "locks" / "pylock.testbox.toml"
+    chain = (project / "profiles" / "testbox.toml", project / "profiles" / "base.toml")
+    digest = kvenv.model.loading.load_profile("testbox").digest
+    assert main(["lock", "testbox", "--check"]) == 0
+    assert recall_passed(cache, chain, lock, cache, digest=digest) is not None
+    copy = project / "copy.toml"
+    copy.write_bytes(lock.read_bytes())
+    assert recall_passed(cache, chain, copy, cache, digest=digest) is None
+    assert recall_passed(cache, chain, lock, project, digest=digest) is None  # another cache
+    assert recall_passed(cache, chain[:1], lock, cache, digest=digest) is None
+    assert recall_passed(cache, chain, lock, cache, digest="sha256:other") is None
+
+
+@pytest.mark.parametrize("edit", ["lock", "snapshot", "profile"])
+def test_a_file_edited_while_the_check_runs_is_not_recorded_as_passed(
+    project: Path, edit: str, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The check passes for what it read; the file is edited before the verdict is recorded:
+    the record must not vouch for the edited bytes."""
+    real = kvenv.lock.check.check_lock
+    edits = {"lock": _edit_lock, "snapshot": _edit_snapshot, "profile": _edit_profile}
+
+    def racing(*args: Any, **kwargs: Any) -> Any:
+        report = real(*args, **kwargs)
+        edits[edit](project)
+        return report
+
+    monkeypatch.setattr(kvenv.lock.check, "check_lock", racing)
+    assert _run(CHECKS[0], capsys)[0] == 0  # what it read passed
+    monkeypatch.setattr(kvenv.lock.check, "check_lock", real)
+    loads = Loads(monkeypatch)
+    assert _run(CHECKS[0], capsys)[0] != 0 and loads.take() == 1
+
+
+# the offline lock ----------------------------------------------------------------------------
+
+
+@pytest.fixture
+def offline(tmp_path: Path, cache: Path, monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """A project locked once online from a loopback index; the offline argv."""
+    house = basic_house(tmp_path / "house")
+    root = tmp_path / "p"
+    write_project(root, distributions=[HOST_TORCH])
+    monkeypatch.chdir(root)
+    with serve_index(house) as url:
+        assert main(["lock", "testbox", "--index-url", url]) == 0
+    return ["lock", "testbox", "--index-url", url, "--offline"]
+
+
+@pytest.mark.parametrize("as_json", [False, True], ids=["text", "json"])
+def test_an_unchanged_offline_lock_skips_loading_the_profile(
+    offline: list[str],
+    cache: Path,
+    as_json: bool,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    argv = [*offline, "--json"] if as_json else offline
+    loads = Loads(monkeypatch)
+    resolved = _run(argv, capsys)
+    assert resolved[0] == 0 and loads.take() == 1
+    lock = Path("locks/pylock.testbox.toml")
+    before = lock.read_bytes()
+    quick = _run(argv, capsys)
+    assert loads.take() == 0  # from the memo, the profile not loaded
+    assert lock.read_bytes() == before
+    _forget(cache, FACTS_DIR, INPUTS_DIR)
+    kept = _run(argv, capsys)  # the memo's hit through the full path, as before
+    assert loads.take() == 1 and kept == quick
+    assert _run(argv, capsys) == quick and loads.take() == 0
+
+
+@pytest.mark.parametrize("edit", ["profile", "comment", "snapshot", "lock"])
+def test_an_offline_lock_notices_an_edit_with_the_records_present(
+    offline: list[str],
+    edit: str,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    assert _run(offline, capsys)[0] == 0
+    kept = _run(offline, capsys)
+    loads = Loads(monkeypatch)
+    assert _run(offline, capsys) == kept and loads.take() == 0
+    root = Path.cwd()
+    if edit == "profile":
+        _edit_profile(root)
+    elif edit == "comment":  # the same profile, other bytes
+        profile = root / "profiles" / "testbox.toml"
+        profile.write_text(profile.read_text() + "# edited\n")
+    elif edit == "snapshot":
+        _edit_snapshot(root)
+    else:
+        (root / "locks" / "pylock.testbox.toml").unlink()
+    code, out, _ = _run(offline, capsys)
+    assert code == 0 and loads.take() == 1  # the full path ran
+    if edit == "comment":
+        assert out.startswith("unchanged:")
+    else:
+        assert out.startswith("wrote:")  # resolved again, for the new inputs
+
+
+def test_an_offline_lock_with_other_flags_is_another_memo(
+    offline: list[str], monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert _run(offline, capsys)[0] == 0
+    _run(offline, capsys)
+    loads = Loads(monkeypatch)
+    monkeypatch.setenv("PIP_EXTRA_INDEX_URL", "http://127.0.0.1:9/simple")
+    code, _, _ = _run(offline, capsys)
+    assert loads.take() == 1  # another index configuration: not the kept result
+    assert code in (0, 2)
+    monkeypatch.delenv("PIP_EXTRA_INDEX_URL")
+    assert _run([*offline, "--exclude-newer", "2999-01-01"], capsys)[0] == 0
+    assert loads.take() == 1  # --exclude-newer always takes the full path
+    assert _run([*offline, "--exclude-newer", "not a date"], capsys)[0] == 2
+    assert loads.take() == 1
+
+
+def test_a_check_record_of_another_checkout_is_not_used(
+    project: Path,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """The same project copied elsewhere, its lock then edited: its own files are checked."""
+    assert main(CHECKS[0]) == 0
+    copy = tmp_path / "copy"
+    shutil.copytree(project, copy)
+    monkeypatch.chdir(copy)
+    assert _run(CHECKS[0], capsys)[0] == 0
+    _edit_lock(copy)
+    assert _run(CHECKS[0], capsys)[0] != 0
