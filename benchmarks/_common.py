@@ -106,3 +106,50 @@ path = "native/{native.name}"
 """
     )
     return profile
+
+
+class ChildRun:
+    """One child process measured on its own: wall seconds, CPU seconds (user + sys) and peak
+    resident memory in MiB (the child and the descendants it waited for, so a kvenv that
+    probes the host with a child Python counts that child's peak too)."""
+
+    def __init__(self, wall: float, cpu: float, max_rss_mib: float, code: int, err: str):
+        self.wall, self.cpu, self.max_rss_mib = wall, cpu, max_rss_mib
+        self.returncode, self.stderr = code, err
+        self.user = 0.0  # user CPU seconds alone (``cpu`` less this is the kernel's)
+
+
+_TIME = "/usr/bin/time"
+
+
+def run_child(command: list[str], env: dict[str, str], cwd: Path | None = None) -> ChildRun:
+    """Run ``command`` and measure it alone. The peak RSS comes from GNU ``time`` when it is
+    installed: a child forked by this (large) Python process carries this process's peak into
+    its own ``ru_maxrss`` across ``exec``, so ``os.wait4`` alone reports at least that (about
+    45 MiB here); ``time`` is a 2 MiB process. Wall and CPU come from ``os.wait4``."""
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as tmp:
+        peak_file = Path(tmp) / "rss"
+        wrapped = command
+        if os.access(_TIME, os.X_OK):
+            wrapped = [_TIME, "-q", "-f", "%M", "-o", str(peak_file), *command]
+        with open(Path(tmp) / "err", "w+b") as err:
+            start = time.perf_counter()
+            proc = subprocess.Popen(
+                wrapped, env=env, cwd=cwd, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                stderr=err,
+            )  # fmt: skip
+            _, status, usage = os.wait4(proc.pid, 0)
+            wall = time.perf_counter() - start
+            proc.returncode = os.waitstatus_to_exitcode(status)  # reaped here, not by Popen
+            err.seek(0)
+            text = err.read().decode("utf-8", errors="replace")
+        peak_kib = float(usage.ru_maxrss)
+        if peak_file.is_file():
+            lines = peak_file.read_text().split()
+            peak_kib = float(lines[-1]) if lines and lines[-1].isdigit() else peak_kib
+    cpu = usage.ru_utime + usage.ru_stime
+    run = ChildRun(wall, cpu, peak_kib / 1024, proc.returncode, text)
+    run.user = usage.ru_utime
+    return run

@@ -15,7 +15,8 @@ against SHA256SUMS, wheel sha256 pins, RECORD checked at unpack, the seal of eve
 before it is linked, protected names, ``.pth`` policy) and writes a full generation (manifest,
 activation scripts); uv and pip install the same wheels with ``--no-deps``, offline, without
 bytecode (``--no-compile`` for pip), uv hard-linking from its cache. The rounds alternate the
-tools' order; wall and CPU (user + sys of the child) medians are reported, with ratios.
+tools' order; wall, CPU (user + sys of the child) and peak RSS (the child's own, from
+``os.wait4``) medians are reported, with ratios.
 
     python benchmarks/apply_cli.py --wheels DIR --kvenv after=/venv/bin/kvenv
         [--kvenv before=/other/bin/kvenv] [--uv UV] [--rounds 5] [--cold-rounds 3]
@@ -29,31 +30,23 @@ from __future__ import annotations
 import argparse
 import os
 import platform
-import resource
 import shutil
 import statistics
-import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
-from _common import python_of, run_facts, tool_version, write_results
+from _common import python_of, run_child, run_facts, tool_version, write_results
 
 REPO = Path(__file__).resolve().parent.parent
 
 
-def _timed(command: list[str], env: dict[str, str]) -> tuple[float, float]:
-    """Wall and CPU (user + sys) seconds of one child process."""
-    before = resource.getrusage(resource.RUSAGE_CHILDREN)
-    start = time.perf_counter()
-    done = subprocess.run(command, env=env, capture_output=True, text=True)
-    wall = time.perf_counter() - start
-    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+def _timed(command: list[str], env: dict[str, str]) -> tuple[float, float, float, float]:
+    """Wall, CPU (user + sys) and user CPU seconds and peak RSS (MiB) of one child process."""
+    done = run_child(command, env)
     if done.returncode != 0:
         raise SystemExit(f"{' '.join(command[:4])}... exited {done.returncode}: {done.stderr}")
-    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
-    return wall, cpu
+    return done.wall, done.cpu, done.max_rss_mib, done.user
 
 
 def _project(work: Path, wheels: list[Path]) -> Path:
@@ -145,7 +138,7 @@ def main() -> int:
                 "--no-cache-dir", "--disable-pip-version-check", "--quiet", "--no-compile",
                 "--target", str(fresh("pipt")), *map(str, files)]  # fmt: skip
 
-    samples: dict[str, list[tuple[float, float]]] = {}
+    samples: dict[str, list[tuple[float, float, float, float]]] = {}
 
     def record(name: str, command: list[str], env: dict[str, str]) -> None:
         samples.setdefault(name, []).append(_timed(command, env))
@@ -183,20 +176,25 @@ def main() -> int:
         print(f"round {number + 1}/{rounds} done", file=sys.stderr)
     results = {
         name: {
-            "wall_s": round(statistics.median(w for w, _ in values), 4),
-            "cpu_s": round(statistics.median(c for _, c in values), 4),
+            "wall_s": round(statistics.median(v[0] for v in values), 4),
+            "cpu_s": round(statistics.median(v[1] for v in values), 4),
+            "user_cpu_s": round(statistics.median(v[3] for v in values), 4),
+            "max_rss_mib": round(statistics.median(v[2] for v in values), 1),
             "rounds": len(values),
-            "walls": [round(w, 4) for w, _ in values],
+            "walls": [round(v[0], 4) for v in values],
+            "max_rss_mibs": [round(v[2], 1) for v in values],
         }
         for name, values in samples.items()
     }
     # the apply benchmarks' shape (benchmarks/make_charts.py: one wall and one CPU group)
     medians: dict[str, dict[str, float]] = {}
     cpu_medians: dict[str, dict[str, float]] = {}
+    rss_medians: dict[str, dict[str, float]] = {}
     for name, row in results.items():
         tool, _, kind = name.rpartition(" ") if name != "pip" else ("pip", "", "cold")
         medians.setdefault(kind, {})[tool] = row["wall_s"]
         cpu_medians.setdefault(kind, {})[tool] = row["cpu_s"]
+        rss_medians.setdefault(kind, {})[tool] = row["max_rss_mib"]
     ratios: dict[str, float] = {}
     for label in kvenvs:
         for kind in ("warm", "cold"):
@@ -204,6 +202,9 @@ def main() -> int:
             uv = results.get(f"uv {kind}")
             if mine and uv:
                 ratios[f"kvenv[{label}]/uv {kind}"] = round(mine["wall_s"] / uv["wall_s"], 2)
+                ratios[f"kvenv[{label}]/uv {kind} peak RSS"] = round(
+                    mine["max_rss_mib"] / uv["max_rss_mib"], 2
+                )
             if mine and "pip" in results and kind == "cold":
                 ratios[f"pip/kvenv[{label}] cold"] = round(
                     results["pip"]["wall_s"] / mine["wall_s"], 2
@@ -218,12 +219,16 @@ def main() -> int:
         **run_facts(),
         "median_seconds": medians,
         "median_cpu_seconds": cpu_medians,
+        "median_max_rss_mib": rss_medians,
         "samples": results,
         "ratios": ratios,
     }
     write_results(args.out, data)
     for name, row in results.items():
-        print(f"{name:<24} wall {row['wall_s']:8.3f} s  cpu {row['cpu_s']:8.3f} s")
+        print(
+            f"{name:<24} wall {row['wall_s']:8.3f} s  cpu {row['cpu_s']:8.3f} s  "
+            f"(user {row['user_cpu_s']:6.3f} s)  peak RSS {row['max_rss_mib']:7.1f} MiB"
+        )
     for name, value in ratios.items():
         print(f"{name:<28} {value}")
     shutil.rmtree(work, ignore_errors=True)

@@ -43,6 +43,9 @@ from pathlib import Path
 from typing import Any
 
 HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+from _common import run_child  # noqa: E402
+
 TORCH_FAMILY = ("torch", "torchvision", "torchaudio", "torchcodec")
 _STRIPPED = ("PIP_", "UV_", "KVENV_", "VIRTUAL_ENV")
 
@@ -53,15 +56,18 @@ def _env(**extra: str) -> dict[str, str]:
     return env
 
 
-def _run(argv: list[str], env: dict[str, str], cwd: Path | None = None) -> float:
-    start = time.perf_counter()
-    proc = subprocess.run(argv, env=env, cwd=cwd, capture_output=True, text=True)
-    elapsed = time.perf_counter() - start
+def _run(
+    argv: list[str], env: dict[str, str], cwd: Path | None = None, into: list[Any] | None = None
+) -> float:
+    """Wall seconds of one child; ``into`` also gets its ``_common.ChildRun`` (CPU, peak RSS)."""
+    proc = run_child(argv, env, cwd)
     if proc.returncode != 0:
         raise SystemExit(
             f"{' '.join(argv[:6])} ... exited {proc.returncode}:\n{proc.stderr[-3000:]}"
         )
-    return elapsed
+    if into is not None:
+        into.append(proc)
+    return float(proc.wall)
 
 
 def _uv() -> str:
@@ -85,6 +91,12 @@ def _summary(samples: dict[str, list[float]]) -> dict[str, dict[str, float | int
 def _ratio(results: dict[str, dict[str, Any]], a: str, b: str) -> float | None:
     if a in results and b in results and results[b]["median_s"]:
         return round(float(results[a]["median_s"]) / float(results[b]["median_s"]), 2)
+    return None
+
+
+def _rss_ratio(results: dict[str, dict[str, Any]], a: str, b: str) -> float | None:
+    if a in results and b in results and results[b].get("max_rss_mib"):
+        return round(float(results[a]["max_rss_mib"]) / float(results[b]["max_rss_mib"]), 2)
     return None
 
 
@@ -254,19 +266,25 @@ def bench_apply(args: argparse.Namespace, work: Path) -> dict[str, Any]:
     }
     samples: dict[str, list[float]] = {name: [] for name in cases}
     samples["pip install --target --no-deps"] = []
+    children: dict[str, list[Any]] = {name: [] for name in samples}
     _run(uv_install(uv_warm, -1, "uvw"), env)  # fill uv's warm cache
     _run(kvenv_warm(-1), env)  # fill kvenv's store
     shutil.rmtree(target("kvenv-root", -1), ignore_errors=True)
     for i in range(args.rounds):
         for name, make in cases.items():
             argv = make(i)
-            samples[name].append(_run(argv, env))
+            samples[name].append(_run(argv, env, into=children[name]))
         for name in ("kvenv-root", "kvenv-root-cold", "kvenv-cache", "uvw", "uvc", "uv-cache"):
             shutil.rmtree(target(name, i), ignore_errors=True)
     for i in range(args.pip_rounds):
-        samples["pip install --target --no-deps"].append(_run(pip_install(i), env))
+        pip_name = "pip install --target --no-deps"
+        samples[pip_name].append(_run(pip_install(i), env, into=children[pip_name]))
         shutil.rmtree(target("pip", i), ignore_errors=True)
     results = _summary(samples)
+    for name, runs in children.items():  # CPU (user + sys) and peak RSS of each child
+        if runs and name in results:
+            results[name]["cpu_median_s"] = round(statistics.median(r.cpu for r in runs), 3)
+            results[name]["max_rss_mib"] = round(statistics.median(r.max_rss_mib for r in runs), 1)
     uv_w = "uv pip install --target --no-deps (warm cache)"
     uv_c = "uv pip install --target --no-deps (cold cache)"
     pip = "pip install --target --no-deps"
@@ -282,6 +300,9 @@ def bench_apply(args: argparse.Namespace, work: Path) -> dict[str, Any]:
             "pip / kvenv warm": _ratio(results, pip, "kvenv apply (warm cache)"),
             "pip / kvenv store-cold": _ratio(
                 results, pip, "kvenv apply (artifacts cached, store cold)"
+            ),
+            "kvenv store-cold / uv cold, peak RSS": _rss_ratio(
+                results, "kvenv apply (artifacts cached, store cold)", uv_c
             ),
         },
         "aims": {
