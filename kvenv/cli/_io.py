@@ -5,9 +5,12 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+
+TYPE_CHECKING = False  # typing is not imported at run time (start-up, issue 13)
 
 if TYPE_CHECKING:
+    from typing import Any
+
     from kvenv.errors import KvenvError, Problem
 
 

@@ -9,13 +9,15 @@ from __future__ import annotations
 import argparse
 import functools
 import sys
-from typing import TYPE_CHECKING, Any
 
 from kvenv.cli._io import TerminalProgress, detail, emit_json, err, out
 from kvenv.cli.exitcodes import EXIT_CHECK_FAILED, EXIT_CONFLICT, EXIT_OK
 
+TYPE_CHECKING = False  # typing is not imported at run time (start-up, issue 13)
+
 if TYPE_CHECKING:
     from pathlib import Path
+    from typing import Any
 
     from kvenv.cli.quick import Recorder
     from kvenv.fetch.bundle import BundleInfo

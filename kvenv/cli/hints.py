@@ -6,7 +6,10 @@ from __future__ import annotations
 
 import argparse
 from collections.abc import Callable, Sequence
-from typing import Any
+
+TYPE_CHECKING = False  # typing is not imported at run time (start-up, issue 13)
+if TYPE_CHECKING:
+    from typing import Any
 
 # The invocation's options a fix command repeats when its verb accepts them.
 _CARRIED = ("root", "cache", "python")

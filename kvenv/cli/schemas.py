@@ -7,8 +7,7 @@ host snapshot in :mod:`kvenv.model`, the plan in :mod:`kvenv.plan`, the manifest
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
+TYPE_CHECKING = False  # typing is not imported at run time (start-up, issue 13)
 if TYPE_CHECKING:  # imported where used: `kvenv schema --help` lists the names cheaply
     from kvenv.model.schema import JsonSchema
 

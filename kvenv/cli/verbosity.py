@@ -10,9 +10,12 @@ runtime root, the cache). Neither changes ``--json`` output.
 from __future__ import annotations
 
 import argparse
-from typing import Any
 
 from kvenv.cli import _io
+
+TYPE_CHECKING = False  # typing is not imported at run time (start-up, issue 13)
+if TYPE_CHECKING:
+    from typing import Any
 
 
 def add_flags(sub: Any) -> None:
