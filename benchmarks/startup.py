@@ -57,6 +57,25 @@ def _project(work: Path) -> Path:
     return project.profile_path
 
 
+def _instructions(command: list[str], env: dict[str, str]) -> int:
+    """Instructions executed by ``command`` (callgrind's ``refs``), after one run under
+    valgrind that lets the command record what a repeat recalls (valgrind's own environment
+    variables are part of what the host memo keys)."""
+    subprocess.run(["valgrind", "--tool=none", *command], env=env, stdout=subprocess.DEVNULL,
+                   stderr=subprocess.DEVNULL)  # fmt: skip
+    done = subprocess.run(
+        ["valgrind", "--tool=callgrind", "--callgrind-out-file=/dev/null", *command],
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    for line in done.stderr.splitlines():
+        if "refs:" in line:
+            return int(line.split("refs:")[1].strip().replace(",", ""))
+    raise SystemExit(f"no instruction count from valgrind for {command}: {done.stderr[-500:]}")
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     parser.add_argument("--kvenv", action="append", required=True, metavar="LABEL=PATH")
@@ -64,6 +83,12 @@ def main() -> int:
     parser.add_argument("--out", type=Path, default=REPO / "benchmarks/results/startup.json")
     parser.add_argument(
         "--keep", action="store_true", help="keep the work directory (to profile a command in it)"
+    )
+    parser.add_argument(
+        "--instructions",
+        action="store_true",
+        help="also count each command's instructions under valgrind (callgrind): a figure the "
+        "machine's load and CPU steal do not change",
     )
     args = parser.parse_args()
     kvenvs = {}
@@ -152,6 +177,13 @@ def main() -> int:
                 row["aim_met"] = median - bare <= AIMS_ABOVE_BARE_MS[name]
             rows[name] = row
         results[label] = rows
+    if args.instructions:
+        for label, path in kvenvs.items():
+            bare_ir = _instructions([python_of(path), "-c", "pass"], envs[label])
+            for name, argv in cases.items():
+                command = [python_of(path), "-c", "pass"] if argv is None else [str(path), *argv]
+                ir = bare_ir if argv is None else _instructions(command, envs[label])
+                results[label][name]["instructions_above_bare_m"] = round((ir - bare_ir) / 1e6, 1)
     data = {
         "benchmark": "startup",
         "what": "fresh process per call, installs and commands interleaved; an applied root",
@@ -166,6 +198,8 @@ def main() -> int:
     for name in cases:
         rows_of = [results[label][name] for label in labels]
         cells = "".join(f"{r['median_ms']:>14.1f} ({r['above_bare_ms']:+6.1f})" for r in rows_of)
+        if args.instructions:
+            cells += "".join(f"{r['instructions_above_bare_m']:>10.1f} M" for r in rows_of)
         print(f"{name:<22}{cells}")
     if args.keep:
         print(f"kept {work} (profile {profile}, bundle {bundle})")
