@@ -240,14 +240,7 @@ def _quick_lock(args: argparse.Namespace) -> int | None:
     inputs = recall_inputs(_records(args), facts.chain)
     if inputs is None:
         return None
-    index = index_values(
-        index_url=args.index_url,
-        extra_index_urls=args.extra_index_url,
-        find_links=args.find_links,
-        no_index=args.no_index,
-        environ=os.environ,
-        base=Path.cwd(),
-    )
+    index = index_values(**_index_flags(args))
     memo = _memo(args, (*facts.chain, inputs["snapshot"], facts.lock_path), facts.lock_path, index)
     kept = memo.recall()
     if kept is None:
@@ -264,19 +257,25 @@ def _quick_lock(args: argparse.Namespace) -> int | None:
     return _report(args, data)
 
 
+def _index_flags(args: argparse.Namespace) -> dict[str, Any]:
+    """The index flags of ``kvenv lock`` with the environment and the working directory, as
+    :func:`kvenv.lock.indexflags.index_values` (and ``index_config``) take them."""
+    return {
+        "index_url": args.index_url,
+        "extra_index_urls": args.extra_index_url,
+        "find_links": args.find_links,
+        "no_index": args.no_index,
+        "environ": os.environ,
+        "base": Path.cwd(),
+    }
+
+
 def _lock(args: argparse.Namespace, loaded: Any) -> int:
     from kvenv.lock.engine import LockOptions, lock_profile, parse_exclude_newer, summary
     from kvenv.lock.pylock import write_lock
     from kvenv.lock.sources import index_config
 
-    config = index_config(
-        index_url=args.index_url,
-        extra_index_urls=args.extra_index_url,
-        find_links=args.find_links,
-        no_index=args.no_index,
-        environ=os.environ,
-        base=Path.cwd(),
-    )
+    config = index_config(**_index_flags(args))
     options = LockOptions(
         index=config,
         output=args.output,

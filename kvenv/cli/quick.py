@@ -108,6 +108,22 @@ def _eligible(args: argparse.Namespace) -> bool:
     return _io.VERBOSITY <= 0  # --verbose lines come from the full path
 
 
+def _prelude(
+    args: argparse.Namespace,
+) -> tuple[ProfileFacts, tuple[Any, ...], HostPython] | None:
+    """(facts, places, host python) a recall of ``apply`` or ``status`` starts from; None
+    when it cannot be recalled (``--verbose``, no facts record, a host python the full path
+    has to report on)."""
+    if not _eligible(args):
+        return None
+    found = _facts_and_places(args)
+    if found is None:
+        return None
+    facts, places = found
+    python = _resolve_python(args, facts)
+    return None if python is None else (facts, places, python)
+
+
 # -- recall ------------------------------------------------------------------------------------
 
 
@@ -116,15 +132,10 @@ def recalled_noop(args: argparse.Namespace) -> tuple[HostPython, str, str] | Non
     answer of the full path that still holds; else None."""
     from kvenv.env.quickstate import recall_answer
 
-    if not _eligible(args):
-        return None
-    found = _facts_and_places(args)
+    found = _prelude(args)
     if found is None:
         return None
-    facts, places = found
-    python = _resolve_python(args, facts)
-    if python is None:
-        return None
+    facts, places, python = found
     key = _key("apply", args, facts, places) | {"python_row": _python_row(python)}
     key["sys_path"] = list(sys.path)  # one record per way of starting kvenv (-m, a script)
     answer = recall_answer(_memo_dir(args), key)
@@ -137,15 +148,10 @@ def recalled_status(args: argparse.Namespace) -> tuple[HostPython, dict[str, Any
     """``(host python, what root_status reported)`` by a recorded answer that still holds."""
     from kvenv.env.quickstate import recall_answer
 
-    if not _eligible(args):
-        return None
-    found = _facts_and_places(args)
+    found = _prelude(args)
     if found is None:
         return None
-    facts, places = found
-    python = _resolve_python(args, facts)
-    if python is None:
-        return None
+    facts, places, python = found
     answer = recall_answer(_memo_dir(args), _key("status", args, facts, places))
     if answer is None:
         return None

@@ -281,14 +281,8 @@ class Finder:
             if rank is None:
                 continue
             rp = file.get("requires-python") or None
-            if rp:
-                if rp not in specs:
-                    try:
-                        specs[rp] = SpecifierSet(rp).contains(python, prereleases=True)
-                    except InvalidSpecifier:
-                        specs[rp] = False
-                if not specs[rp]:
-                    continue
+            if rp and not _python_ok(rp, specs, python):
+                continue
             upload = _when(file.get("upload-time"))
             if self.exclude_newer and upload and upload > self.exclude_newer:
                 continue
@@ -356,14 +350,8 @@ class Finder:
             if rank is None:
                 continue
             rp = entry.requires_python
-            if rp:
-                if rp not in specs:
-                    try:
-                        specs[rp] = SpecifierSet(rp).contains(python, prereleases=True)
-                    except InvalidSpecifier:
-                        specs[rp] = False
-                if not specs[rp]:
-                    continue
+            if rp and not _python_ok(rp, specs, python):
+                continue
             upload = _when(entry.upload_time)
             if self.exclude_newer and upload and upload > self.exclude_newer:
                 continue
@@ -638,6 +626,17 @@ def _rank(py: str, abi: str, plat: str, ranks: dict[tuple[str, str, str], int]) 
                 if rank is not None and (best is None or rank < best):
                     best = rank
     return best
+
+
+def _python_ok(rp: str, specs: dict[str, bool], python: str) -> bool:
+    """Whether a file's ``Requires-Python`` ``rp`` admits the target's ``python`` (``specs``
+    keeps each specifier's answer for one page; an invalid one admits nothing)."""
+    if rp not in specs:
+        try:
+            specs[rp] = SpecifierSet(rp).contains(python, prereleases=True)
+        except InvalidSpecifier:
+            specs[rp] = False
+    return specs[rp]
 
 
 def _when(value: str | datetime | None) -> datetime | None:
