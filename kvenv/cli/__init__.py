@@ -193,6 +193,18 @@ def _closed_pipe() -> int:
     return EXIT_BROKEN_PIPE
 
 
+def _keep_records(records: Sequence[Any]) -> None:
+    """Write what a command that succeeded keeps for the next one. Best effort: a record that
+    cannot be written is only a miss next time, never a failure of a command that succeeded."""
+    from kvenv.errors import KvenvError
+
+    for record in records:
+        try:
+            record()
+        except (OSError, KvenvError):
+            continue
+
+
 def _run(argv: Sequence[str] | None) -> int:
     arguments = list(sys.argv[1:] if argv is None else argv)
     if arguments == ["--version"]:
@@ -236,8 +248,7 @@ def _run(argv: Sequence[str] | None) -> int:
     try:
         code: int = func(args)
         if code == EXIT_OK:
-            for record in args.on_success:
-                record()
+            _keep_records(args.on_success)
     except KvenvError as error:
         error.complete_commands(lambda words: fix_command(args, *words))
         from kvenv.cli._io import report_kvenv_error
