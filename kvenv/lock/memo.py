@@ -22,6 +22,8 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from kvenv._util.identity import code_identity
+
 MEMO_DIR = "lock-memo-v1"
 KEEP = 16  # entries kept; older ones are removed when a new one is written
 _CACHE_KINDS = ("pages-v1", "metadata-v1", "digests-v1")
@@ -38,9 +40,8 @@ def _file_digest(path: Path | None) -> str:
         return f"unreadable:{exc.errno}"
 
 
-def _tree(root: Path, *, suffix: str = "", skip: str | None = None) -> list[tuple[str, int, int]]:
-    """(relative path, size, mtime) of every file below ``root`` whose name ends in
-    ``suffix``, not looking into directories named ``skip``."""
+def _tree(root: Path) -> list[tuple[str, int, int]]:
+    """(relative path, size, mtime) of every file below ``root``."""
     found: list[tuple[str, int, int]] = []
     base = str(root)
     cut = len(base) if base.endswith(os.sep) else len(base) + 1
@@ -54,10 +55,7 @@ def _tree(root: Path, *, suffix: str = "", skip: str | None = None) -> list[tupl
             continue
         for entry in entries:
             if entry.is_dir(follow_symlinks=False):
-                if entry.name != skip:
-                    stack.append(entry.path)
-                continue
-            if not entry.name.endswith(suffix):
+                stack.append(entry.path)
                 continue
             try:
                 st = entry.stat()
@@ -77,11 +75,6 @@ def _local(link: str) -> Path | None:
     return None if "://" in link else Path(link)
 
 
-def _code() -> list[tuple[str, int, int]]:
-    """kvenv's own modules, by identity: a changed kvenv never reuses another's result."""
-    return _tree(Path(__file__).resolve().parent.parent, suffix=".py", skip="__pycache__")
-
-
 def memo_key(
     *,
     files: Sequence[Path | None],
@@ -96,7 +89,7 @@ def memo_key(
 
     parts: dict[str, Any] = {
         "kvenv": __version__,
-        "code": _code(),
+        "code": code_identity(),  # every module of kvenv: another kvenv never reuses a result
         "files": [[str(p) if p else None, _file_digest(p)] for p in files],
         "settings": dict(settings),
         "cache": {kind: _tree(cache_root / kind) for kind in _CACHE_KINDS},
