@@ -8,6 +8,7 @@ happens in functions that import what they need.
 from __future__ import annotations
 
 import argparse
+import gc
 import importlib
 import re
 import sys
@@ -169,10 +170,20 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     """Run one command; its exit code. A reader that closed stdout early (``kvenv … | head
     -1``) ends the command quietly with :data:`EXIT_BROKEN_PIPE`, as a SIGPIPE'd tool would."""
+    collecting = gc.isenabled()
+    # A command is one short process: the cyclic garbage collector, run every few hundred
+    # containers allocated, rescans the same live objects (the modules and classes imported,
+    # the JSON of store markers and seals, a link plan) again and again: ~4-10% of a warm
+    # apply, holding the GIL while the linking threads wait (issue 13). Reference counting
+    # still frees everything but cycles, which these commands make few of; a long-running
+    # command (serve) turns it back on.
+    gc.disable()
     try:
         try:
             code = _run(argv)
         finally:
+            if collecting:
+                gc.enable()  # main() may run inside a longer process (tests, notebooks)
             if sys.stdout is not None:
                 sys.stdout.flush()  # here, not at interpreter exit, where it could not be caught
     except BrokenPipeError:
@@ -245,6 +256,8 @@ def _run(argv: Sequence[str] | None) -> int:
     # Records a command keeps for the next one (a profile's facts): written only once it
     # succeeded, so a refused command leaves nothing behind.
     args.on_success = []
+    if getattr(args, "keeps_gc", False):
+        gc.enable()  # a long-running command (serve): see main()
     try:
         code: int = func(args)
         if code == EXIT_OK:

@@ -110,7 +110,7 @@ def register(sub: Any) -> None:
     )
     serve.add_argument("--dry-run", action="store_true", help="print the command, start nothing")
     serve.add_argument("--json", action="store_true", help="with --dry-run: print JSON")
-    serve.set_defaults(func=run_serve, extra=[])
+    serve.set_defaults(func=run_serve, extra=[], keeps_gc=True)  # runs as long as the server
     split_at_double_dash(serve, "extra", absent=[])
 
 
