@@ -14,22 +14,27 @@ root ignores them, which is why the record, not the mode, is what is checked.
 
 from __future__ import annotations
 
+import array
 import base64
 import csv
 import hashlib
 import json
 import os
 import stat
+import sys
+from collections.abc import Iterable
 from pathlib import Path
-
-import attrs
 
 from kvenv._util import atomic
 
 SEAL = ".kvenv-seal.json"
 # 2: directories are recorded by ctime (and the top by its names) instead of being listed on
-# every check; a format 1 seal reads as broken, so the entry is verified in full and sealed again.
-SEAL_FORMAT = 2
+# every check; a seal of an older format reads as broken, so the entry is verified in full and
+# sealed again.
+# 3: the numbers are packed (little-endian int64, base64) beside the lists of names: a warm
+# apply reads every seal, and parsing a JSON list per file cost more than the checks.
+SEAL_FORMAT = 3
+_OLDER_FORMATS = (1, 2)
 _WRITE_BITS = stat.S_IWUSR | stat.S_IWGRP | stat.S_IWOTH
 
 
@@ -68,30 +73,46 @@ def seal(root: Path) -> None:
     for rel in reversed(dirs):
         path = root / rel
         os.chmod(path, stat.S_IMODE(os.lstat(path).st_mode) & ~_WRITE_BITS)
-    changed = {rel: os.lstat(root / rel).st_ctime_ns for rel in dirs}
     document = {
         "format": SEAL_FORMAT,
-        "files": record,
-        "dirs": changed,
+        "files": list(record),
+        "stats": _pack(n for numbers in record.values() for n in numbers),
+        "dirs": dirs,
+        "ctimes": _pack(os.lstat(root / rel).st_ctime_ns for rel in dirs),
         "top": _top_names(os.fspath(root)),
     }
     atomic.write_json(root / SEAL, document, durable=False, mode=0o444)
     os.chmod(root, stat.S_IMODE(os.lstat(root).st_mode) & ~_WRITE_BITS)
 
 
-@attrs.frozen
 class SealBreak:
-    """How an entry differs from its seal: ``kind`` is ``seal`` (no readable seal), ``added``,
-    ``removed``, ``size``, ``mode``, ``mtime`` or ``dir`` (a directory's ctime: an entry of it
-    added, removed or renamed); ``path`` is the file or directory concerned."""
+    """How an entry differs from its seal: ``kind`` is ``seal`` (no readable seal), ``old`` (a
+    seal of an older format: the entry is checked against its RECORD and sealed anew),
+    ``added``, ``removed``, ``size``, ``mode``, ``mtime`` or ``dir`` (a directory's ctime: an
+    entry of it added, removed or renamed); ``path`` is the file or directory concerned."""
 
-    path: Path
-    kind: str
+    __slots__ = ("kind", "path")
+
+    def __init__(self, path: Path, kind: str) -> None:
+        self.path = path
+        self.kind = kind
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, SealBreak):
+            return NotImplemented
+        return (self.path, self.kind) == (other.path, other.kind)
+
+    def __hash__(self) -> int:
+        return hash((self.path, self.kind))
+
+    def __repr__(self) -> str:
+        return f"SealBreak(path={self.path!r}, kind={self.kind!r})"
 
     @property
     def message(self) -> str:
         what = {
             "seal": "has no readable seal",
+            "old": "was written by an older kvenv (its files are checked against RECORD)",
             "added": "was added after sealing",
             "removed": "was removed after sealing",
             "size": "changed size after sealing",
@@ -107,29 +128,87 @@ def seal_problem(root: Path) -> SealBreak | None:
     re-moded or touched), or None when it matches. One ``stat`` per file and per directory, by
     plain string paths, and one listing of the top: this runs for every file of every entry a
     warm apply links."""
+    document = _read_seal(root)
+    if isinstance(document, SealBreak):
+        return document
+    recorded, changed, top = document
+    base = os.fspath(root)
+    lstat = os.lstat
+    for rel, (size, mode, mtime) in recorded.items():
+        try:
+            info = lstat(f"{base}/{rel}")
+        except OSError:
+            return SealBreak(root / rel, "removed")
+        if info.st_size != size:
+            return SealBreak(root / rel, "size")
+        if info.st_mode & 0o7777 != mode:
+            return SealBreak(root / rel, "mode")
+        if info.st_mtime_ns != mtime:
+            return SealBreak(root / rel, "mtime")
+    return _frame_problem(root, changed, top)
+
+
+def sealed_files(root: Path) -> dict[str, tuple[int, int, int]] | SealBreak:
+    """The seal of the entry at ``root`` checked except for its files (the seal readable and
+    of this format, every directory's ctime, the names at the top): what it records of each
+    file (relative path -> size, mode, mtime), for the caller to check each one right before
+    it uses it (the recall of a warm apply checks each as it links it:
+    :func:`kvenv.env.linking.link_checked`); or how it is broken."""
+    document = _read_seal(root)
+    if isinstance(document, SealBreak):
+        return document
+    recorded, changed, top = document
+    broken = _frame_problem(root, changed, top)
+    return recorded if broken is None else broken
+
+
+def _pack(numbers: Iterable[int]) -> str:
+    """Integers as base64 of little-endian int64s (:func:`_unpack` reads them)."""
+    packed = array.array("q", numbers)
+    if sys.byteorder == "big":
+        packed.byteswap()
+    return base64.b64encode(packed.tobytes()).decode("ascii")
+
+
+def _unpack(text: str) -> array.array[int]:
+    packed = array.array("q", base64.b64decode(text.encode("ascii"), validate=True))
+    if sys.byteorder == "big":
+        packed.byteswap()
+    return packed
+
+
+def _read_seal(
+    root: Path,
+) -> tuple[dict[str, tuple[int, int, int]], dict[str, int], list[str]] | SealBreak:
+    """The seal of the entry at ``root``: each file's (size, mode, mtime), each directory's
+    ctime, the names at the top; a :class:`SealBreak` when it is missing, unreadable, of
+    another format or of the wrong shape."""
     try:
-        data = json.loads((root / SEAL).read_text(encoding="utf-8"))
-        recorded, changed, top = data["files"], data["dirs"], data["top"]
+        data = json.loads((root / SEAL).read_bytes())
+        if isinstance(data, dict) and data.get("format") in _OLDER_FORMATS:
+            return SealBreak(root / SEAL, "old")
+        files, dirs, top = data["files"], data["dirs"], data["top"]
         if data.get("format") != SEAL_FORMAT or not (
-            isinstance(recorded, dict) and isinstance(changed, dict) and isinstance(top, list)
+            isinstance(files, list) and isinstance(dirs, list) and isinstance(top, list)
         ):
             return SealBreak(root / SEAL, "seal")
-    except (OSError, ValueError, KeyError, TypeError):
+        stats, ctimes = _unpack(data["stats"]), _unpack(data["ctimes"])
+        if len(stats) != 3 * len(files) or len(ctimes) != len(dirs):
+            return SealBreak(root / SEAL, "seal")
+        numbers = iter(stats)
+        recorded = dict(zip(files, zip(numbers, numbers, numbers, strict=True), strict=True))
+        changed = dict(zip(dirs, ctimes, strict=True))
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
         return SealBreak(root / SEAL, "seal")
+    return recorded, changed, top
+
+
+def _frame_problem(root: Path, changed: dict[str, int], top: list[str]) -> SealBreak | None:
+    """Every directory's ctime and the names at the top against the seal (no listing but the
+    top: a file added, removed or renamed anywhere changes its directory's ctime)."""
     base = os.fspath(root)
     lstat = os.lstat
     try:
-        for rel, (size, mode, mtime) in recorded.items():
-            try:
-                info = lstat(f"{base}/{rel}")
-            except OSError:
-                return SealBreak(root / rel, "removed")
-            if info.st_size != size:
-                return SealBreak(root / rel, "size")
-            if info.st_mode & 0o7777 != mode:
-                return SealBreak(root / rel, "mode")
-            if info.st_mtime_ns != mtime:
-                return SealBreak(root / rel, "mtime")
         for rel, ctime in changed.items():
             try:
                 info = lstat(f"{base}/{rel}")

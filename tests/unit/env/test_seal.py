@@ -7,6 +7,8 @@ import os
 import stat
 from pathlib import Path
 
+import pytest
+
 from kvenv._util.hashing import sha256_file
 from kvenv.env.seal import record_problems, remove_sealed, seal_problem
 from kvenv.env.store import unpack, unpack_all
@@ -120,22 +122,52 @@ def test_a_name_added_at_the_top_of_an_entry_breaks_the_seal(tmp_path: Path) -> 
     assert broken is not None and broken.path == top / "extra" and broken.kind == "added"
 
 
-def test_an_older_seal_is_checked_in_full_and_sealed_again(tmp_path: Path) -> None:
+@pytest.mark.parametrize("older", [1, 2])
+def test_an_older_seal_is_checked_in_full_and_sealed_again(tmp_path: Path, older: int) -> None:
+    """A seal an older kvenv wrote (format 1: files only; 2: files and directories as JSON
+    lists) is neither trusted nor taken for damage: the entry is checked against its RECORD
+    and sealed in this format, and ``kvenv verify`` reports nothing."""
     import json
 
+    from kvenv.env.integrity import store_damage
     from kvenv.env.seal import SEAL, SEAL_FORMAT
 
     store, sha, wheel = _entry(tmp_path)
     seal_file = store / sha / SEAL
-    document = json.loads(seal_file.read_text())
-    old = {"format": 1, "files": document["files"]}  # format 1: no directories, no top
-    os.chmod(store / sha, 0o755)
+    root = store / sha
+    files = {
+        str(p.relative_to(root)): [p.lstat().st_size, stat.S_IMODE(p.lstat().st_mode),
+                                   p.lstat().st_mtime_ns]
+        for p in root.rglob("*") if p.is_file() and not p.name.startswith(".kvenv-")
+    }  # fmt: skip
+    dirs = {str(p.relative_to(root)): p.lstat().st_ctime_ns for p in root.rglob("*") if p.is_dir()}
+    old: dict[str, object] = {"format": older, "files": files}
+    if older == 2:
+        old.update(dirs=dirs, top=sorted(n for n in os.listdir(root) if n != SEAL))
+    os.chmod(root, 0o755)
     seal_file.unlink()
     seal_file.write_text(json.dumps(old))
-    broken = seal_problem(store / sha)
-    assert broken is not None and broken.kind == "seal"
+    broken = seal_problem(root)
+    assert broken is not None and broken.kind == "old"
+    assert store_damage(store, sha) is None
     heard: list[str] = []
     unpack_all(store, {sha: wheel}, jobs=1, on_damaged=heard.append)
     assert heard == []
     assert json.loads(seal_file.read_text())["format"] == SEAL_FORMAT
-    assert seal_problem(store / sha) is None
+    assert seal_problem(root) is None
+
+
+def test_a_damaged_seal_file_is_damage(tmp_path: Path) -> None:
+    from kvenv.env.integrity import store_damage
+    from kvenv.env.seal import SEAL
+
+    store, sha, _ = _entry(tmp_path)
+    root = store / sha
+    os.chmod(root, 0o755)
+    (root / SEAL).unlink()
+    (root / SEAL).write_text('{"format": 3, "files": ["x"], "stats": "!!", "dirs": [], '
+                             '"ctimes": "", "top": []}')  # fmt: skip
+    broken = seal_problem(root)
+    assert broken is not None and broken.kind == "seal"
+    found = store_damage(store, sha)
+    assert found is not None and "no readable seal" in found.message
