@@ -37,18 +37,17 @@ import hashlib
 import io
 import json
 import os
-import shutil
 import tempfile
 import zipfile
 import zlib
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
-from typing import Any
 
 import attrs
 
 from kvenv._util.importnames import fold, import_name_of, protected_import_names
 from kvenv._util.progress import Progress
+from kvenv.env.linking import link_many, with_shebang
 from kvenv.env.manifest import FileConflict, Layer
 from kvenv.env.seal import record_problems, remove_sealed, reseal, seal, seal_problem
 from kvenv.env.wheelinstall import InstalledDist, install_wheel
@@ -86,17 +85,33 @@ def entry_dir(store: Path, sha256: str) -> Path:
     return store / sha256
 
 
+# Markers already read by this process, by path and the identity of the file read: an apply
+# looks each entry up several times (plan, .pth findings, unpack, fetch).
+_MARKERS: dict[str, tuple[tuple[int, ...], StoreEntry]] = {}
+
+
 def lookup(store: Path, sha256: str) -> StoreEntry | None:
-    """The complete store entry for ``sha256``, or None."""
+    """The complete store entry for ``sha256``, or None. A marker read before by this process
+    whose file still has the same identity (device, inode, size, mtime, ctime) is not parsed
+    again: markers are written once, beside the entry, and renamed into place with it."""
     directory = entry_dir(store, sha256)
+    path = os.fspath(directory / MARKER)
     try:
-        data = json.loads((directory / MARKER).read_text(encoding="utf-8"))
-        marker = convert.structure(data, _Marker, file=str(directory / MARKER), what="marker")
+        with open(path, "rb") as stream:
+            info = os.fstat(stream.fileno())
+            identity = (info.st_dev, info.st_ino, info.st_size, info.st_mtime_ns, info.st_ctime_ns)
+            known = _MARKERS.get(path)
+            if known is not None and known[0] == identity:
+                return known[1]
+            data = json.loads(stream.read())
+        marker = convert.structure(data, _Marker, file=path, what="marker")
     except (OSError, ValueError, InputError):
         return None  # absent, partial or from another kvenv version: not a complete entry
     if marker.format != STORE_FORMAT or marker.sha256 != sha256:
         return None
-    return StoreEntry(sha256, directory, marker.dist)
+    entry = StoreEntry(sha256, directory, marker.dist)
+    _MARKERS[path] = (identity, entry)
+    return entry
 
 
 def unpack(
@@ -340,6 +355,12 @@ class LinkedLayer:
 
     dists: list[InstalledDist]
     conflicts: list[FileConflict]
+    # What was made, for a recall of the generation (kvenv.env.recall): each directory's hard
+    # links (source, destination), each script (source in the store, destination) and each
+    # RECORD written anew.
+    links: Mapping[str, list[tuple[str, str]]] = attrs.field(factory=dict, eq=False, repr=False)
+    scripts: list[tuple[str, str]] = attrs.field(factory=list, eq=False, repr=False)
+    records: list[str] = attrs.field(factory=list, eq=False, repr=False)
 
 
 _Source = tuple[StoreEntry, str]  # a store entry and a RECORD path in it
@@ -404,16 +425,19 @@ def link_layer(
         pairs.append((sources[id(entry)] + path, dest))
     for directory in sorted({str(d.parent) for _, _, d in scripts}):
         os.makedirs(directory, exist_ok=True)
-    _link_many(by_dir, jobs=_cpu_jobs(jobs), progress=progress)
+    link_many(by_dir, jobs=_cpu_jobs(jobs), progress=progress)
     rewritten = _write_scripts(scripts, python)
     out: list[InstalledDist] = []
+    records: list[str] = []
     for entry in entries:
         record = layout.site / entry.dist.dist_info / "RECORD"
         if entry.dist.scripts:
             _write_record(entry, record, rewritten)
+            records.append(str(record))
         digest = "sha256:" + hashlib.sha256(record.read_bytes()).hexdigest()
         out.append(attrs.evolve(entry.dist, record_digest=digest))
-    return LinkedLayer(out, conflicts)
+    made = [(str(entry.source_of(path)), str(dest)) for entry, path, dest in scripts]
+    return LinkedLayer(out, conflicts, by_dir, made, records)
 
 
 def _resolve(
@@ -476,85 +500,12 @@ def _same_bytes(a: Path, b: Path) -> bool:
     return filecmp.cmp(a, b, shallow=False)
 
 
-LINK_CHUNK = 256  # files per task: few enough tasks to keep the pool's overhead small
-
-
-def _link_many(
-    by_dir: Mapping[str, list[tuple[str, str]]], *, jobs: int, progress: Progress | None = None
-) -> None:
-    """Create each directory and hard-link its files; ``jobs`` threads take batches of whole
-    directories (``os.makedirs`` makes a parent another batch has not made yet)."""
-    directories = sorted(by_dir)
-    total = sum(len(items) for items in by_dir.values())
-    if not total:
-        return
-    link: Callable[[str, str], Any] = os.link
-    first_source, first_dest = by_dir[directories[0]][0]
-    os.makedirs(directories[0], exist_ok=True)
-    try:
-        os.link(first_source, first_dest)
-    except OSError as exc:
-        if exc.errno not in (errno.EXDEV, errno.EPERM, errno.EMLINK, errno.ENOTSUP):
-            raise
-        link = shutil.copy2
-        shutil.copy2(first_source, first_dest)
-
-    def run(batch: list[str]) -> int:
-        count = 0
-        for directory in batch:
-            _make_dir(directory)
-            for source, dest in by_dir[directory]:
-                if dest != first_dest:
-                    link(source, dest)
-                    count += 1
-        return count
-
-    batches: list[list[str]] = [[]]
-    size = 0
-    for directory in directories:
-        if size >= LINK_CHUNK:
-            batches.append([])
-            size = 0
-        batches[-1].append(directory)
-        size += len(by_dir[directory])
-    done = 1
-    if total < 2 * LINK_CHUNK or jobs <= 1:
-        done += sum(run(batch) for batch in batches)
-    else:
-        from concurrent.futures import ThreadPoolExecutor
-
-        with ThreadPoolExecutor(jobs, thread_name_prefix="kvenv-link") as pool:
-            for count in pool.map(run, batches):
-                done += count
-                if progress:
-                    progress("link", done, total)
-    if progress:
-        progress("link", done, total)
-
-
-def _make_dir(directory: str) -> None:
-    """``os.makedirs(directory, exist_ok=True)`` in one system call when the parent exists
-    (directories are linked in sorted order, so it usually does): a warm apply makes one per
-    directory of every wheel."""
-    try:
-        os.mkdir(directory)
-    except FileExistsError:
-        if not os.path.isdir(directory):
-            raise
-    except FileNotFoundError:
-        os.makedirs(directory, exist_ok=True)
-
-
 def _write_scripts(scripts: list[tuple[StoreEntry, str, Path]], python: str) -> dict[str, str]:
     """Copy scripts with the generation's shebang; return dest path -> new RECORD row."""
-    from installer.utils import fix_shebang
-
     rows: dict[str, str] = {}
     for entry, record_path, dest in scripts:
         source = entry.source_of(record_path)
-        data = source.read_bytes()
-        with fix_shebang(io.BytesIO(data), python) as fixed:
-            content = fixed.read()
+        content = with_shebang(source.read_bytes(), python)
         if dest.exists():  # written by the other layer (conflicts within a layer are resolved)
             if dest.read_bytes() != content:
                 raise _replaces_native(entry, str(dest))
@@ -568,13 +519,20 @@ def _write_scripts(scripts: list[tuple[StoreEntry, str, Path]], python: str) -> 
 
 
 def _write_record(entry: StoreEntry, record: Path, rewritten: Mapping[str, str]) -> None:
+    """The entry's RECORD with the rows of its scripts rewritten (their new hash and size);
+    every other line is kept as it is, byte for byte (a script's row is the only one whose
+    path starts with ``../``, or is quoted)."""
     source = entry.source_of(f"{entry.dist.dist_info}/RECORD")
-    rows = list(csv.reader(source.read_text(encoding="utf-8").splitlines()))
+    lines = source.read_text(encoding="utf-8").splitlines()
     out = io.StringIO()
     writer = csv.writer(out, lineterminator="\n")
-    for row in rows:
-        if len(row) == 3 and f"{entry.sha256}:{row[0]}" in rewritten:
-            key = f"{entry.sha256}:{row[0]}"
-            row = [row[0], rewritten[key], rewritten[f"{key}:size"]]
-        writer.writerow(row)
+    for line in lines:
+        if line.startswith(("../", '"')):
+            for row in csv.reader([line]):
+                key = f"{entry.sha256}:{row[0]}" if len(row) == 3 else ""
+                if key in rewritten:
+                    row = [row[0], rewritten[key], rewritten[f"{key}:size"]]
+                writer.writerow(row)
+        else:
+            out.write(line + "\n")
     record.write_text(out.getvalue(), encoding="utf-8")

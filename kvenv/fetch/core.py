@@ -24,7 +24,6 @@ from kvenv.errors import (
     TransientFetchError,
     UsageError,
 )
-from kvenv.fetch import http
 from kvenv.fetch.cache import ArtifactCache
 from kvenv.fetch.hub import describe, download_hf, hub_offline
 from kvenv.fetch.index import find_on_index, locate_wheel
@@ -61,7 +60,7 @@ def fetch_all(
     index_urls: Sequence[str] = (),
     find_links: Sequence[str] = (),
     rehash_cached: bool = False,
-    timeout: float = http.DEFAULT_TIMEOUT,
+    timeout: float | None = None,
 ) -> dict[str, Path]:
     """Return ``{sha256: verified file}`` for every artifact, downloading what is missing.
 
@@ -74,6 +73,8 @@ def fetch_all(
     missing artifact is a :class:`FetchError` naming each one. A file whose sha256 or size
     differs from its pin is deleted and raises :class:`IntegrityError`; no result is
     returned then. ``progress(label, done_bytes, total_bytes)`` is called from worker threads.
+    A download waits ``timeout`` seconds at most for each read (None: the HTTP client's
+    default, :data:`kvenv.fetch.http.DEFAULT_TIMEOUT`).
     """
     if jobs < 1:
         raise UsageError(f"jobs must be at least 1, not {jobs}")
@@ -222,7 +223,7 @@ def _fetch_parallel(
     progress: Progress | None,
     index_urls: Sequence[str],
     find_links: Sequence[str],
-    timeout: float,
+    timeout: float | None,
 ) -> dict[str, Path]:
     if not pending:
         return {}
@@ -271,7 +272,7 @@ class _Fetcher:
         progress: Progress | None,
         index_urls: tuple[str, ...],
         find_links: tuple[str, ...],
-        timeout: float,
+        timeout: float | None,
     ) -> None:
         self.store = store
         self.cancel = cancel
@@ -364,11 +365,13 @@ class _Fetcher:
                 raise Cancelled(f"{artifact.label}: cancelled")
             try:
                 with self.store.writer(label, artifact.size) as (sink, part):
+                    from kvenv.fetch import http  # not imported by an offline apply
+
                     http.download(
                         url,
                         sink,
                         size=artifact.size,
-                        timeout=self.timeout,
+                        timeout=http.DEFAULT_TIMEOUT if self.timeout is None else self.timeout,
                         cancel=self.cancel,
                         progress=self._report(artifact.label),
                     )

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from kvenv.env import store
+from kvenv.env import linking, store
 from kvenv.env.manifest import FileConflict
 from kvenv.env.store import GenerationLayout, link_layer, lookup, unpack, unpack_all
 from kvenv.errors import InstallError, IntegrityError
@@ -267,7 +267,7 @@ def test_parallel_linking_builds_the_same_layer_as_serial(
     wheels ship with different bytes, scripts and data: linked by one thread and by four (in
     batches of a few files, so that batches race to make parent directories), the layers are
     the same tree, the same RECORDs and the same conflicts."""
-    monkeypatch.setattr(store, "LINK_CHUNK", 7)
+    monkeypatch.setattr(linking, "LINK_CHUNK", 7)
     wheels = []
     for name in ("zeta", "alpha", "mid"):
         files = {f"{name}/d{d}/s{s}/m{i}.py": f"{name} {d} {s} {i}\n" for d in range(6)

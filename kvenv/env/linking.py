@@ -1,0 +1,147 @@
+"""Building a generation's directories from the store: hard links made by a few threads, and
+console scripts given the generation's interpreter. Imports only the standard library (the
+recall of a warm apply, :mod:`kvenv.env.recall`, links with it without the model)."""
+
+from __future__ import annotations
+
+import errno
+import os
+import shutil
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:  # no ``typing`` at run time
+    from collections.abc import Callable, Mapping, Sized
+    from typing import Any
+
+    from kvenv._util.progress import Progress
+
+
+LINK_CHUNK = 256  # files per task: few enough tasks to keep the pool's overhead small
+
+
+def link_many(
+    by_dir: Mapping[str, list[tuple[str, str]]], *, jobs: int, progress: Progress | None = None
+) -> None:
+    """Create each directory and hard-link its files; ``jobs`` threads take batches of whole
+    directories (``os.makedirs`` makes a parent another batch has not made yet)."""
+    directories = sorted(by_dir)
+    total = sum(len(items) for items in by_dir.values())
+    if not total:
+        return
+    link: Callable[[str, str], Any] = os.link
+    first_source, first_dest = by_dir[directories[0]][0]
+    os.makedirs(directories[0], exist_ok=True)
+    try:
+        os.link(first_source, first_dest)
+    except OSError as exc:
+        if exc.errno not in (errno.EXDEV, errno.EPERM, errno.EMLINK, errno.ENOTSUP):
+            raise
+        link = shutil.copy2
+        shutil.copy2(first_source, first_dest)
+
+    def run(batch: list[str]) -> int:
+        count = 0
+        for directory in batch:
+            make_dir(directory)
+            for source, dest in by_dir[directory]:
+                if dest != first_dest:
+                    link(source, dest)
+                    count += 1
+        return count
+
+    batches = _batches(directories, by_dir)
+    done = 1
+    if total < 2 * LINK_CHUNK or jobs <= 1:
+        done += sum(run(batch) for batch in batches)
+    else:
+        from concurrent.futures import ThreadPoolExecutor
+
+        with ThreadPoolExecutor(jobs, thread_name_prefix="kvenv-link") as pool:
+            for count in pool.map(run, batches):
+                done += count
+                if progress:
+                    progress("link", done, total)
+    if progress:
+        progress("link", done, total)
+
+
+def _batches(directories: list[str], by_dir: Mapping[str, Sized]) -> list[list[str]]:
+    """Whole directories (sorted), grouped into tasks of about :data:`LINK_CHUNK` files."""
+    batches: list[list[str]] = [[]]
+    size = 0
+    for directory in directories:
+        if size >= LINK_CHUNK:
+            batches.append([])
+            size = 0
+        batches[-1].append(directory)
+        size += len(by_dir[directory])
+    return batches
+
+
+FileSeal = tuple[int, int, int]  # size, mode, mtime_ns: what a store entry's seal records
+
+
+def link_checked(by_dir: Mapping[str, list[tuple[str, str, FileSeal]]], *, jobs: int) -> str | None:
+    """Create each directory and hard-link its files, each file checked against its seal
+    (size, mode, mtime: :mod:`kvenv.env.seal`) right before it is linked, by ``jobs`` threads;
+    the first file that no longer matches, or that cannot be hard-linked, stops the work and
+    is returned (the caller removes what was made); None when every file was linked."""
+    import threading
+
+    stop = threading.Event()
+    found: list[str] = []
+
+    def run(batch: list[str]) -> None:
+        lstat, link = os.lstat, os.link
+        for directory in batch:
+            if stop.is_set():
+                return
+            make_dir(directory)
+            for source, dest, (size, mode, mtime) in by_dir[directory]:
+                try:
+                    info = lstat(source)
+                    if (
+                        info.st_size != size
+                        or info.st_mode & 0o7777 != mode
+                        or info.st_mtime_ns != mtime
+                    ):
+                        raise ValueError(source)
+                    link(source, dest)
+                except (OSError, ValueError):
+                    found.append(source)
+                    stop.set()
+                    return
+
+    batches = _batches(sorted(by_dir), by_dir)
+    if jobs <= 1 or len(batches) < 2:
+        for batch in batches:
+            run(batch)
+    else:
+        from concurrent.futures import ThreadPoolExecutor
+
+        with ThreadPoolExecutor(jobs, thread_name_prefix="kvenv-link") as pool:
+            list(pool.map(run, batches))
+    return found[0] if found else None
+
+
+def make_dir(directory: str) -> None:
+    """``os.makedirs(directory, exist_ok=True)`` in one system call when the parent exists
+    (directories are linked in sorted order, so it usually does): a warm apply makes one per
+    directory of every wheel."""
+    try:
+        os.mkdir(directory)
+    except FileExistsError:
+        if not os.path.isdir(directory):
+            raise
+    except FileNotFoundError:
+        os.makedirs(directory, exist_ok=True)
+
+
+def with_shebang(data: bytes, python: str) -> bytes:
+    """A script's bytes with the portable ``#!python`` first line replaced by ``#!PYTHON``
+    (what :func:`installer.utils.fix_shebang` does, without importing PyPA's installer on
+    the linking path); any other script unchanged."""
+    if not data.startswith(b"#!python"):
+        return data
+    newline = data.find(b"\n")
+    return f"#!{python}\n".encode() + (data[newline + 1 :] if newline >= 0 else b"")
