@@ -16,7 +16,6 @@ the previous generation current and intact; the next run finishes the job.
 from __future__ import annotations
 
 import os
-import signal
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -25,6 +24,8 @@ from typing import TYPE_CHECKING, Literal
 import attrs
 
 from kvenv import __version__
+from kvenv._util.killpoint import KILL_ENV as KILL_ENV
+from kvenv._util.killpoint import kill_point
 from kvenv._util.progress import Progress
 from kvenv.env.activation import shims_current, write_shims
 from kvenv.env.generations import DEFAULT_KEEP, complete_generations, retained
@@ -72,7 +73,6 @@ if TYPE_CHECKING:  # the store and fetch are imported when a step needs them (st
     from kvenv.fetch.bundle import BundleInfo
     from kvenv.plan.make import Plan, PlanArtifact, StepName
 
-KILL_ENV = "KVENV_TEST_KILL_AT"
 
 ApplyStatus = Literal["applied", "up-to-date", "dry-run"]
 
@@ -111,13 +111,15 @@ class ApplyResult:
     removed: list[str] = attrs.field(factory=list)
     notes: list[str] = attrs.field(factory=list)
     warnings: list[str] = attrs.field(factory=list)  # waived RECORD lies, file conflicts
+    # The layers linked (a recall of the generation is made from them: kvenv.env.recall) and
+    # whether a damaged cached wheel or store entry was replaced on the way.
+    layers: tuple[LinkedLayer, ...] = attrs.field(default=(), eq=False, repr=False)
+    repaired: bool = False
 
 
 def _test_kill(point: str) -> None:
-    """Fault injection for tests: SIGKILL this process at ``point`` when ``$KVENV_TEST_KILL_AT``
-    names it. Inert unless that variable is set."""
-    if os.environ.get(KILL_ENV) == point:
-        os.kill(os.getpid(), signal.SIGKILL)
+    """:func:`kvenv._util.killpoint.kill_point` (the hardening suite's fault injection)."""
+    kill_point(point)
 
 
 # -- planning against a root -------------------------------------------------------------------
@@ -444,6 +446,8 @@ class _Run:
             removed,
             list(manifest.notes) if manifest else [],
             self.warnings + (apply_warnings(manifest) if manifest else []),
+            tuple(layer for layer in (self.native, self.overlay) if layer is not None),
+            bool(self.warnings),
         )
 
     # -- the steps ---------------------------------------------------------------------------

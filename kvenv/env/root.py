@@ -32,9 +32,12 @@ from typing import TYPE_CHECKING
 
 import attrs
 
-from kvenv import __version__
-from kvenv._util import atomic
 from kvenv.env.manifest import MANIFEST_NAME, Manifest, Pointer, path_inside, read_manifest
+from kvenv.env.rootfiles import GENERATIONS as GENERATIONS
+from kvenv.env.rootfiles import POINTER_NAME as POINTER_NAME
+from kvenv.env.rootfiles import PathLock, write_marker, write_pointer
+from kvenv.env.rootfiles import new_generation_id as new_generation_id
+from kvenv.env.rootfiles import now as now
 from kvenv.errors import ConflictError, InputError, IntegrityError, KvenvError, Problem
 from kvenv.model import convert
 from kvenv.model.locations import LOCK_NAME, ROOT_MARKER, Locations
@@ -42,9 +45,7 @@ from kvenv.model.locations import LOCK_NAME, ROOT_MARKER, Locations
 if TYPE_CHECKING:
     from kvenv.model.loading import LoadedProfile
 
-POINTER_NAME = "current.json"
 OWNER_SUFFIX = ".owner"
-GENERATIONS = "generations"
 OWN_NAMES = frozenset({ROOT_MARKER, LOCK_NAME, LOCK_NAME + OWNER_SUFFIX})
 
 
@@ -99,10 +100,7 @@ def read_owner(root: Path) -> RootOwner | None:
 
 
 def _write_marker(root: Path, owner: RootOwner | None, created_at: str | None = None) -> None:
-    data: dict[str, object] = {"kvenv": __version__, "created_at": created_at or now()}
-    if owner is not None:
-        data["owner"] = {"name": owner.name, "file": owner.file}
-    atomic.write_json(root / ROOT_MARKER, data)
+    write_marker(root, None if owner is None else (owner.name, owner.file), created_at)
 
 
 def foreign_owner(root: Path, owner: RootOwner) -> RootOwner | None:
@@ -173,13 +171,6 @@ def take_ownership(root: Path, owner: RootOwner) -> None:
     _write_marker(root, owner, created if isinstance(created, str) else None)
 
 
-def now() -> str:
-    """The current UTC time as ISO 8601, to the second (what markers and manifests record)."""
-    import datetime  # here: activate and status read the root, they stamp nothing
-
-    return datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
-
-
 def unusable_dir_error(exc: OSError, locations: Locations) -> KvenvError | None:
     """The root or cache directory named by ``exc`` (a permission or "not a directory" error)
     as a message that names the path and where it came from, with a fix that fits; None when
@@ -223,61 +214,14 @@ def owner_file(locations: Locations) -> Path:
     return locations.lock.with_name(locations.lock.name + OWNER_SUFFIX)
 
 
-class RootLock:
+class RootLock(PathLock):
     """``filelock`` on ``<root>/.kvenv.lock``; the holder's pid and host in a sidecar file."""
 
     def __init__(self, locations: Locations, *, wait: bool, on_wait: Callable[[str], None]):
-        self.path = locations.lock
-        self.owner = owner_file(locations)
-        self.wait = wait
-        self.on_wait = on_wait
-        self._lock: object | None = None
-
-    def holder(self) -> str:
-        try:
-            return self.owner.read_text(encoding="utf-8").strip() or "unknown"
-        except OSError:
-            return "unknown"
-
-    def __enter__(self) -> RootLock:
-        import socket
-
-        from filelock import FileLock, Timeout
-
-        lock = FileLock(str(self.path))
-        try:
-            lock.acquire(timeout=0)
-        except Timeout:
-            if not self.wait:
-                raise ConflictError(
-                    f"another kvenv apply holds {self.path} ({self.holder()})",
-                    hint="wait for it to finish, or run without --no-wait to queue",
-                ) from None
-            self.on_wait(f"waiting for another kvenv apply on this root ({self.holder()})")
-            lock.acquire()
-        self._lock = lock
-        self.owner.write_text(f"pid {os.getpid()} on {socket.gethostname()}\n", encoding="utf-8")
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        from filelock import FileLock
-
-        lock = self._lock
-        if isinstance(lock, FileLock):
-            self.owner.unlink(missing_ok=True)
-            lock.release()
+        super().__init__(locations.lock, owner_file(locations), wait=wait, on_wait=on_wait)
 
 
 # -- generations -------------------------------------------------------------------------------
-
-
-def new_generation_id() -> str:
-    """A fresh, sortable generation id: ``YYYYmmddTHHMMSS-<6 hex>``."""
-    import datetime
-    import secrets
-
-    stamp = datetime.datetime.now(datetime.timezone.utc).strftime("%Y%m%dT%H%M%S")
-    return f"{stamp}-{secrets.token_hex(3)}"
 
 
 def _is_generation_id(name: str) -> bool:
@@ -349,9 +293,7 @@ def read_pointer(root: Path) -> Pointer | None:
 def switch(locations: Locations, generation: str, previous: str | None) -> None:
     """The one atomic state change: replace ``current.json``, recording the sha256 of the
     generation's manifest (written, durably, before the switch)."""
-    digest = _file_sha256(manifest_path(locations.root, generation))
-    data = {"schema": 1, "generation": generation, "previous": previous, "manifest_sha256": digest}
-    atomic.write_json(locations.root / POINTER_NAME, data)
+    write_pointer(locations.root, generation, previous)
 
 
 def _file_sha256(path: Path) -> str | None:
