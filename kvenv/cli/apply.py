@@ -365,6 +365,20 @@ def cmd_apply(args: argparse.Namespace) -> int:
                 err(f"note: {noted.note}")
             out(f"already up to date: generation {generation} in {root}; nothing to do")
             return EXIT_OK
+        from kvenv.cli.quick import recalled_generation
+
+        made = recalled_generation(args, err)  # a new root: the generation recalled
+        if made is not None:
+            noted, name, built, recipe = made
+            if noted.note:
+                err(f"note: {noted.note}")
+            for line in recipe["findings"]:
+                err(line)
+            _report_applied(
+                args, name, built.generation, noted, str(built.manifest_path),
+                recipe["notes"], recipe["warnings"],
+            )  # fmt: skip
+            return EXIT_OK
     if args.bundle and bundle is None:
         bundle = _open_bundle(args, quick)  # the full path installs from it: open it now
     from kvenv.env.generations import keep_count
@@ -374,10 +388,15 @@ def cmd_apply(args: argparse.Namespace) -> int:
     # Probed (and read) at most once, whether the fast path or the full apply asks first.
     python = host_python(args, loaded)
     recorder = None
+    made_new = None
     if quick:
-        from kvenv.cli.quick import Recorder
+        import os
+
+        from kvenv.cli.quick import GenerationRecorder, Recorder
 
         recorder = Recorder("apply", args, loaded, locations)  # the root, before it is read
+        if not os.path.lexists(locations.root):  # what a new root's generation depends on
+            made_new = GenerationRecorder(args, loaded, locations)
     host = functools.cache(lambda: _host(None, python, locations.cache, recorder))
     recorded = functools.cache(lambda: _recorded(loaded))
     # A bundle, already checked above (its unchanged files by their seals), may be a no-op too.
@@ -401,6 +420,7 @@ def cmd_apply(args: argparse.Namespace) -> int:
         strict=args.strict,
         recorded=recorded(),
         repair=args.repair,
+        on_lookup=made_new.look_up if made_new is not None else None,
     )
     on_terminal = sys.stdout.isatty() and sys.stderr.isatty()
     progress = TerminalProgress("fetching", enabled=on_terminal and not args.json)
@@ -443,21 +463,61 @@ def cmd_apply(args: argparse.Namespace) -> int:
         _render_plan(result.plan, python)
         out("dry-run: nothing was downloaded, installed or changed")
         return EXIT_OK
-    for finding in result.plan.findings:  # every plan warning, as `kvenv plan` shows them
-        if finding.status == "warning":
-            err(f"warning: {finding.message}" + (f" (fix: {finding.fix})" if finding.fix else ""))
+    findings = [  # every plan warning, as `kvenv plan` shows them
+        f"warning: {finding.message}" + (f" (fix: {finding.fix})" if finding.fix else "")
+        for finding in result.plan.findings
+        if finding.status == "warning"
+    ]
+    for line in findings:
+        err(line)
     if result.status == "up-to-date":
         out(f"already up to date: generation {result.generation} in {result.root}; nothing to do")
-    else:
-        out(f"applied {loaded.profile.name}: generation {result.generation}")
-        out(f"host python: {python.describe()}")
-        out(f"manifest: {result.manifest}")
-        for note in result.notes:
-            out(f"note: {note}")
-        for warning in result.warnings:
-            err(f"warning: {warning}")
-        out(f'activate with: eval "$({_again("activate", args, loaded.profile.name)})"')
+        return EXIT_OK
+    assert result.generation is not None and result.manifest is not None
+    _report_applied(
+        args, loaded.profile.name, result.generation, python, result.manifest, result.notes,
+        result.warnings,
+    )  # fmt: skip
+    on_success = getattr(args, "on_success", None)
+    if (
+        made_new is not None
+        and recorder is not None
+        and not result.repaired
+        and on_success is not None
+    ):
+        from kvenv.env.recall import recipe as recipe_of
+        from kvenv.env.root import owner_of
+
+        owner = owner_of(loaded)
+        new_recipe = recipe_of(
+            root=str(locations.root), generation=result.generation, store=str(locations.store),
+            owner=(owner.name, owner.file), layers=result.layers, findings=findings,
+            notes=result.notes, warnings=result.warnings,
+        )  # fmt: skip
+        if new_recipe is not None:  # recorded once the command succeeded (kvenv.cli.quick)
+            keeper, host_id = made_new, recorder.host
+            on_success.append(lambda: keeper.remember(new_recipe, python, host_id))
     return EXIT_OK
+
+
+def _report_applied(
+    args: argparse.Namespace,
+    name: str,
+    generation: str,
+    python: HostPython,
+    manifest: str,
+    notes: list[str],
+    warnings: list[str],
+) -> None:
+    """What an apply that built ``generation`` prints (the full path and its recall alike)."""
+    out(f"applied {name}: generation {generation}")
+    out(f"host python: {python.describe()}")
+    out(f"manifest: {manifest}")
+    for note in notes:
+        out(f"note: {note}")
+    for warning in warnings:
+        err(f"warning: {warning}")
+    out(f'activate with: eval "$({_again("activate", args, name)})"')
 
 
 # -- activate ----------------------------------------------------------------------------------

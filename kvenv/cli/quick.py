@@ -22,16 +22,19 @@ from typing import TYPE_CHECKING, Any
 from kvenv._util.smallhash import sha256_hex
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    from kvenv.env.recall import Built
     from kvenv.model.facts import ProfileFacts
     from kvenv.model.loading import LoadedProfile
     from kvenv.model.locations import Locations
     from kvenv.probe.interpreter import HostPython
 
 
-def _env_digest() -> str:
-    """Every ``KVENV_*`` variable (hashed: one may hold a secret): any of them may change
-    where a command looks or what it decides."""
-    items = sorted((k, v) for k, v in os.environ.items() if k.startswith("KVENV_"))
+def _env_digest(*, but: tuple[str, ...] = ()) -> str:
+    """Every ``KVENV_*`` variable (hashed: one may hold a secret) except ``but``: any of them
+    may change where a command looks or what it decides."""
+    items = sorted((k, v) for k, v in os.environ.items() if k.startswith("KVENV_") and k not in but)
     return sha256_hex(json.dumps(items).encode("utf-8", "surrogateescape"))
 
 
@@ -84,6 +87,17 @@ def _facts_and_places(args: argparse.Namespace) -> tuple[ProfileFacts, tuple[Any
     except (KvenvError, OSError):
         return None
     return facts, tuple(places)
+
+
+def _places_of(
+    args: argparse.Namespace, locations: Locations
+) -> tuple[ProfileFacts, tuple[Any, ...]] | None:
+    """The profile's facts and places when they resolve to the root and cache the full path
+    used (a record is keyed by the paths a recall will compute); else None."""
+    found = _facts_and_places(args)
+    if found is None or (found[1][0], found[1][2]) != (locations.root, locations.cache):
+        return None
+    return found
 
 
 def _resolve_python(args: argparse.Namespace, facts: ProfileFacts) -> HostPython | None:
@@ -205,7 +219,7 @@ def _bundle_key(args: argparse.Namespace) -> dict[str, Any]:
         "version": __version__,
         "bundle": str(Path(args.bundle).expanduser().absolute()),
         "cache": args.cache,
-        "env": _env_digest(),
+        "env": _env_digest(but=("KVENV_ROOT",)),  # verifying a bundle reads no root
     }
 
 
@@ -226,7 +240,119 @@ def recalled_bundle(args: argparse.Namespace) -> str | None:
     return profile if isinstance(profile, str) else None
 
 
+def _generation_key(
+    args: argparse.Namespace, facts: ProfileFacts, places: tuple[Any, ...], python: HostPython
+) -> dict[str, Any]:
+    """What a whole generation recalled into a new root (:mod:`kvenv.env.recall`) is keyed
+    by: :func:`_key` without the root (its path, where it came from, ``--root`` and
+    ``$KVENV_ROOT``), with the host interpreter, the way kvenv was started, the bundle
+    (``--from``) and ``--offline``."""
+    key = _key("apply-generation", args, facts, places)
+    key["places"] = [str(p) for p in places[2:]]  # the cache and where it came from
+    key["env"] = _env_digest(but=("KVENV_ROOT",))
+    key["flags"] = {k: getattr(args, k, None) for k in ("cache", "python", "keep")}
+    key["python_row"] = _python_row(python)
+    key["sys_path"] = list(sys.path)
+    bundle = getattr(args, "bundle", None)
+    key["bundle"] = str(Path(bundle).expanduser().absolute()) if bundle else None
+    key["offline"] = bool(getattr(args, "offline", False))
+    return key
+
+
+def recalled_generation(
+    args: argparse.Namespace, on_wait: Callable[[str], None]
+) -> tuple[HostPython, str, Built, dict[str, Any]] | None:
+    """``(host python, profile name, what was built, the recipe)`` when ``kvenv apply`` into
+    a root that does not exist yet was recalled: the generation the full path built in another
+    new root with everything it read unchanged, made again here (:func:`kvenv.env.recall.replay`);
+    None when it cannot be (then nothing is built and the full path runs)."""
+    from kvenv.env.quickstate import recall_answer
+    from kvenv.env.recall import replay
+
+    found = _prelude(args)
+    if found is None:
+        return None
+    facts, places, python = found
+    root = Path(places[0])
+    if os.path.lexists(root):
+        return None
+    recipe = recall_answer(_memo_dir(args), _generation_key(args, facts, places, python))
+    if recipe is None:
+        return None
+    try:
+        interpreter = recipe["manifest"]["python"]
+    except (KeyError, TypeError):
+        return None
+    if not isinstance(interpreter, str) or not os.path.isabs(interpreter):
+        return None
+    jobs = max(1, min(int(getattr(args, "jobs", 8) or 1), os.cpu_count() or 1))
+    built = replay(
+        recipe,
+        root,
+        Path(places[2]) / "store",
+        python=interpreter,
+        jobs=jobs,
+        wait=not getattr(args, "no_wait", False),
+        on_wait=on_wait,
+    )
+    return None if built is None else (python, facts.name, built, recipe)
+
+
 # -- record ------------------------------------------------------------------------------------
+
+
+class GenerationRecorder:
+    """What a whole generation built in a new root depends on outside that root, and its
+    recipe, recorded once the apply succeeded: the lock and the host snapshot by their bytes
+    (captured before the full path reads them), the bundle, and each artifact's cache entry
+    (every file, by identity) and store marker (by its bytes) as the generation was built from
+    them (captured once it was: a cold apply makes them)."""
+
+    def __init__(
+        self, args: argparse.Namespace, loaded: LoadedProfile, locations: Locations
+    ) -> None:
+        from kvenv.env.quickstate import capture_inputs
+
+        self.args = args
+        self.locations = locations
+        files = [str(loaded.lock_path)]
+        if loaded.snapshot_path is not None:
+            files.append(str(loaded.snapshot_path))
+        bundle = getattr(args, "bundle", None)
+        self.trees = [str(Path(bundle).expanduser().absolute())] if bundle else []
+        self.files: list[list[Any]] | None = capture_inputs(files, [], [])["files"]
+        self.shas: list[str] | None = None
+
+    def look_up(self, shas: list[str]) -> None:
+        """The plan's artifacts (:func:`kvenv.env.apply.plan_apply`'s ``on_lookup``)."""
+        self.shas = list(shas)
+
+    def remember(
+        self, recipe: dict[str, Any], python: HostPython, host: dict[str, Any] | None
+    ) -> None:
+        """Record ``recipe`` (nothing without the live host's identity, or unless the plan
+        named its artifacts through :meth:`look_up`)."""
+        from kvenv.env.quickstate import capture_inputs, remember_answer
+        from kvenv.env.store import MARKER, entry_dir
+        from kvenv.fetch.cache import ArtifactCache
+
+        if self.files is None or self.shas is None or host is None:
+            return
+        found = _places_of(self.args, self.locations)
+        if found is None:
+            return
+        facts, places = found
+        cache = ArtifactCache(self.locations.cache)
+        where = {
+            "files": [path for path, _ in self.files],
+            "checks": [
+                ["file", str(entry_dir(self.locations.store, sha) / MARKER)] for sha in self.shas
+            ],
+            "trees": [*self.trees, *(str(cache.entry(sha)) for sha in self.shas)],
+        }
+        state = {**capture_inputs(**where), "files": self.files}  # the files as first read
+        key = _generation_key(self.args, facts, places, python)
+        remember_answer(_memo_dir(self.args), key, {"inputs": where}, state, recipe, host)
 
 
 class BundleRecorder:
@@ -301,12 +427,10 @@ class Recorder:
 
         if self.state is None or (host and self.host is None):
             return
-        found = _facts_and_places(self.args)
+        found = _places_of(self.args, self.locations)
         if found is None:
             return
         facts, places = found
-        if (places[0], places[2]) != (self.locations.root, self.locations.cache):
-            return
         key = _key(self.command, self.args, facts, places) | self.key_extra
         if python is not None:
             key["python_row"] = _python_row(python)

@@ -230,6 +230,12 @@ def _strings(value: object) -> bool:
     return isinstance(value, list) and all(isinstance(v, str) for v in value)
 
 
+def manifest_usable(data: object, root: Path, generation: str) -> bool:
+    """Whether ``data`` (a manifest's JSON) has what the start-up paths read, with its runtime
+    paths inside ``root`` (:mod:`kvenv.env.recall` checks a rebased manifest with it)."""
+    return _usable(data, root, generation)
+
+
 def _usable(data: object, root: Path, generation: str) -> bool:
     """The manifest's fields the start-up paths read have the types they need, and its runtime
     paths are inside ``root`` (checked every time, though a verdict vouches for them too)."""

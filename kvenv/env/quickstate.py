@@ -145,6 +145,20 @@ def capture_tree(top: str) -> list[list[Any]] | None:
     return sorted(found)
 
 
+def capture_inputs(
+    files: list[str], checks: list[list[str]], trees: list[str]
+) -> dict[str, Any]:
+    """What a recall that depends on no runtime root reads (a whole generation recalled into
+    a new root, :mod:`kvenv.env.recall`): ``files`` by the sha256 of their bytes (or their
+    absence), ``checks`` (:func:`capture_checks`) and every file under each of ``trees`` (a
+    bundle, an artifact's cache entry) by :func:`capture_tree`."""
+    return {
+        "files": [[f, small_sha256(f)] for f in files],
+        "checks": capture_checks(checks),
+        "trees": [[t, capture_tree(t)] for t in trees],
+    }
+
+
 def _record_path(directory: Path, key: Mapping[str, Any]) -> Path:
     name = sha256_hex(json.dumps(key, sort_keys=True).encode())[:32]
     return directory / f"{name}.json"
@@ -189,8 +203,10 @@ def recall_answer(directory: Path, key: Mapping[str, Any]) -> dict[str, Any] | N
         if data["key"] != json.loads(json.dumps(dict(key))):
             return None
         where = data["where"]
-        if "tree" in where:
-            state: Any = {"tree": capture_tree(where["tree"])}
+        if "inputs" in where:
+            state: Any = capture_inputs(**where["inputs"])
+        elif "tree" in where:
+            state = {"tree": capture_tree(where["tree"])}
         else:
             state = capture(
                 where["root"], where["generations"], where["pointer"], where["manifest_name"],

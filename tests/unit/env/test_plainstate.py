@@ -41,6 +41,9 @@ def test_the_names_agree_with_the_full_readers() -> None:
     assert plainstate._MANIFEST == MANIFEST_NAME
     assert plainstate._MARKER == ROOT_MARKER
     assert plainstate._LOCK_OWNER == LOCK_NAME + OWNER_SUFFIX
+    from kvenv.env import rootfiles
+
+    assert rootfiles.MANIFEST_FILE == MANIFEST_NAME  # the recall writes the manifest there
     package = Path(plainstate.__file__).resolve().parent.parent
     assert all((package / name).is_file() for name in plainstate._CODE)
 
