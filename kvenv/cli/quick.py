@@ -320,7 +320,7 @@ class GenerationRecorder:
             files.append(str(loaded.snapshot_path))
         bundle = getattr(args, "bundle", None)
         self.trees = [str(Path(bundle).expanduser().absolute())] if bundle else []
-        self.files: list[list[Any]] | None = capture_inputs(files, [], [])["files"]
+        self.files: list[list[Any]] | None = capture_inputs(files, [], [], [])["files"]
         self.shas: list[str] | None = None
 
     def look_up(self, shas: list[str]) -> None:
@@ -348,7 +348,8 @@ class GenerationRecorder:
             "checks": [
                 ["file", str(entry_dir(self.locations.store, sha) / MARKER)] for sha in self.shas
             ],
-            "trees": [*self.trees, *(str(cache.entry(sha)) for sha in self.shas)],
+            "trees": self.trees,
+            "entries": [str(cache.entry(sha)) for sha in self.shas],
         }
         state = {**capture_inputs(**where), "files": self.files}  # the files as first read
         key = _generation_key(self.args, facts, places, python)

@@ -119,10 +119,12 @@ def capture(
     return state
 
 
-def capture_tree(top: str) -> list[list[Any]] | None:
+def capture_tree(top: str, *, ctime: bool = True) -> list[list[Any]] | None:
     """Every file under ``top`` (a bundle) by its identity: device, inode, size, mtime and
     ctime (the kernel sets ctime on every write, rename or ``utime``: the identity
-    :mod:`kvenv.fetch.bundleseal` trusts); None when ``top`` cannot be listed."""
+    :mod:`kvenv.fetch.bundleseal` trusts); None when ``top`` cannot be listed. Without
+    ``ctime`` (an artifact's cache entry: what :class:`kvenv.fetch.cache.ArtifactCache` trusts
+    is inode, size and mtime, and a hard link to a cached wheel changes only its ctime)."""
     found: list[list[Any]] = []
     stack = [top]
     while stack:
@@ -140,22 +142,24 @@ def capture_tree(top: str) -> list[list[Any]] | None:
                 stack.append(entry.path)
             found.append(
                 [entry.path, is_dir, st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns,
-                 st.st_ctime_ns]
+                 st.st_ctime_ns if ctime else None]
             )  # fmt: skip
     return sorted(found)
 
 
 def capture_inputs(
-    files: list[str], checks: list[list[str]], trees: list[str]
+    files: list[str], checks: list[list[str]], trees: list[str], entries: list[str]
 ) -> dict[str, Any]:
     """What a recall that depends on no runtime root reads (a whole generation recalled into
     a new root, :mod:`kvenv.env.recall`): ``files`` by the sha256 of their bytes (or their
-    absence), ``checks`` (:func:`capture_checks`) and every file under each of ``trees`` (a
-    bundle, an artifact's cache entry) by :func:`capture_tree`."""
+    absence), ``checks`` (:func:`capture_checks`), every file under each of ``trees`` (a
+    bundle) by :func:`capture_tree` and under each of ``entries`` (an artifact's cache entry)
+    by the identity the cache trusts (``capture_tree`` without ctime)."""
     return {
         "files": [[f, small_sha256(f)] for f in files],
         "checks": capture_checks(checks),
         "trees": [[t, capture_tree(t)] for t in trees],
+        "entries": [[e, capture_tree(e, ctime=False)] for e in entries],
     }
 
 

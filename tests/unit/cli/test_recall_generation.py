@@ -116,6 +116,15 @@ def test_a_change_takes_the_full_path(cli: Cli, change: str) -> None:
     assert out.startswith("applied")
 
 
+def test_a_hard_link_to_a_cached_wheel_is_no_change(cli: Cli) -> None:
+    """The cache's own check trusts a wheel's inode, size and mtime, not its ctime (which a
+    hard link to it changes, e.g. ``cp -al`` of the cache): the recall still holds."""
+    wheel = next((cli.tmp / "cache").glob("artifacts-v1/sha256/*/*/*.whl"))
+    os.link(wheel, cli.tmp / "linked.whl")
+    code, out, err = _into(cli, "root2")
+    assert (code, cli.taken) == (0, "quick"), (out, err)
+
+
 def test_a_store_entry_changed_in_place_is_repaired_by_the_full_path(cli: Cli) -> None:
     """The recall checks every store entry against its seal first: an edit through the first
     root's hard link is seen, nothing is recalled, and the full path unpacks the entry again."""
