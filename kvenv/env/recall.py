@@ -99,7 +99,10 @@ def _rebasable(manifest: dict[str, Any], root: str, generation: str, lines: Sequ
     the module), and ``lines`` hold neither."""
     if any(root in line or generation in line for line in lines):
         return False
-    if manifest.get("root") != root or manifest.get("dirs", {}).get("generation") != generation:
+    dirs = manifest.get("dirs")
+    if manifest.get("root") != root or not isinstance(dirs, dict):
+        return False
+    if dirs.get("generation") != generation:
         return False
     under = f"{root}/{GENERATIONS}/{generation}"
     for text in _strings(manifest):
@@ -168,7 +171,11 @@ def recipe(
         manifest, root, generation, [*findings, *notes, *warnings]
     ):
         return None
-    entries = sorted({sha for sha, _, _, _ in links} | {
+    try:  # every store entry the manifest names is checked, as the full path checks them
+        named = {str(d["wheel_sha256"]) for d in manifest["distributions"]}
+    except (KeyError, TypeError):
+        return None
+    entries = sorted(named | {sha for sha, _, _, _ in links} | {
         source.split("/", 1)[0] for source, _ in scripts.values()
     })  # fmt: skip
     return {
@@ -416,14 +423,19 @@ def _build(
     if link_checked(by_dir, jobs=jobs) is not None:
         raise _Unsealed  # changed since the check above, or not linkable: the full path's
     kill_point("install-native")
+    # Written as new files only ("x"): never through an existing name, which could be a hard
+    # link into the store (the full path writes these where nothing was linked).
     for dest, source, mode in scripts:
         path = gen / dest
         path.parent.mkdir(parents=True, exist_ok=True)
         with open(store / source, "rb") as stream:
-            path.write_bytes(with_shebang(stream.read(), python))
+            content = with_shebang(stream.read(), python)
+        with open(path, "xb") as out:
+            out.write(content)
         os.chmod(path, mode)
     for dest, text in records:
-        (gen / dest).write_text(text, encoding="utf-8")
+        with open(gen / dest, "x", encoding="utf-8") as out:
+            out.write(text)
     kill_point("install-overlay")
     manifest["created_at"] = now()
     manifest_path = gen / MANIFEST_FILE

@@ -157,6 +157,10 @@ def _recipe_file(cli: Cli) -> Path:
         lambda r: r["scripts"].append(["bin/x", "/etc/passwd", 493]),  # an absolute source
         lambda r: r["manifest"]["activation"]["path"].append("/usr/evil/bin"),  # off the root
         lambda r: r.__setitem__("format", 99),
+        # a RECORD "written" over a file that is linked (a hard link into the store)
+        lambda r: r["records"].append(
+            [r["links"][0][2] + r["links"][0][3].split("\n")[0], "planted\n"]
+        ),
     ],
 )
 def test_a_tampered_recipe_is_refused(cli: Cli, tamper: object) -> None:
@@ -171,6 +175,10 @@ def test_a_tampered_recipe_is_refused(cli: Cli, tamper: object) -> None:
     code, out, err = _into(cli, "root2")
     assert (code, cli.taken) == (0, "full"), (out, err)
     assert not (cli.tmp / "escaped").exists()
+    from kvenv.env.seal import seal_problem
+
+    store = cli.tmp / "cache" / "store"
+    assert all(seal_problem(e) is None for e in store.iterdir() if len(e.name) == 64)
     assert sorted(p.name for p in cli.tmp.iterdir() if p.name.startswith("root")) == [
         "root",
         "root2",
