@@ -205,3 +205,28 @@ def test_an_apply_from_a_bundle_is_recalled_into_a_new_root(cli: Cli) -> None:
     os.utime(wheel, ns=(1, 1))
     code, out, err = cli.run(*argv, env=dict(cli.env, KVENV_ROOT=str(cli.tmp / "b3")))
     assert cli.taken == "full"
+
+
+POINTS = ["fetch", "verify", "install-native", "install-overlay", "write-manifest", "switch",
+          "write-shims"]  # fmt: skip
+
+
+@pytest.mark.parametrize("point", POINTS)
+def test_a_recall_killed_anywhere_leaves_a_root_the_next_apply_completes(
+    cli: Cli, point: str
+) -> None:
+    """SIGKILL at each of the full path's kill points, which the recall passes in the same
+    order: the root is either without a current generation or with a whole one, and the next
+    apply (the full path: the root exists) leaves it whole and verified."""
+    root = cli.tmp / "root2"
+    code, _, _ = _into(cli, "root2", KVENV_TEST_KILL_AT=point)
+    assert code == -9, point  # killed inside the recall (the recipe holds for this key)
+    assert not any(p.name.endswith(".tmp") for p in root.iterdir())
+    if (root / "current.json").exists():
+        generation = _generation(root)
+        assert (root / "generations" / generation / "manifest.json").is_file()
+    code, out, err = _into(cli, "root2")
+    assert code == 0, (out, err)
+    env = dict(cli.env, KVENV_ROOT=str(root))
+    code, out, err = cli.run("verify", cli.profile, env=env)
+    assert code == 0, (point, out, err)
