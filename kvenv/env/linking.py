@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import errno
 import os
-import shutil
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:  # no ``typing`` at run time
@@ -36,6 +35,8 @@ def link_many(
     except OSError as exc:
         if exc.errno not in (errno.EXDEV, errno.EPERM, errno.EMLINK, errno.ENOTSUP):
             raise
+        import shutil  # only where hard links fail
+
         link = shutil.copy2
         shutil.copy2(first_source, first_dest)
 

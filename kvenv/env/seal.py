@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import array
 import base64
-import csv
 import hashlib
 import json
 import os
@@ -232,6 +231,8 @@ def _frame_problem(root: Path, changed: dict[str, int], top: list[str]) -> SealB
 def record_problems(site: Path, dist_info: str) -> list[str]:
     """Every file of the RECORD ``site/dist_info/RECORD`` whose bytes (sha256 and size) differ
     from it, or that is missing; the full check behind a broken seal."""
+    import csv  # the full check only
+
     record = site / dist_info / "RECORD"
     try:
         rows = list(csv.reader(record.read_text(encoding="utf-8").splitlines()))
