@@ -16,7 +16,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-__all__ = ["fsync_dir", "write_bytes", "write_json", "write_text"]
+__all__ = ["fsync_dir", "write_bytes", "write_json", "write_json_streamed", "write_text"]
 
 
 def write_bytes(
@@ -29,6 +29,33 @@ def write_bytes(
     make_parents: bool = False,
 ) -> None:
     """Replace (or, ``exclusive``, create) ``path`` with ``data`` atomically."""
+    _write(path, lambda stream: stream.write(data), mode, durable, exclusive, make_parents)
+
+
+def write_json_streamed(path: Path, data: Any, *, durable: bool = True) -> None:
+    """Replace ``path`` atomically with ``data`` as compact JSON, encoded piece by piece into
+    the file (a large record never exists whole in memory as text: the peak memory of the
+    apply that writes it stays what its work needs). NaN and infinity are refused."""
+
+    def dump(stream: Any) -> None:
+        import io
+
+        text = io.TextIOWrapper(stream, encoding="utf-8")
+        json.dump(data, text, allow_nan=False)
+        text.flush()
+        text.detach()  # the stream stays open: _write flushes, syncs and closes it
+
+    _write(path, dump, 0o644, durable, False, False)
+
+
+def _write(
+    path: Path,
+    fill: Any,
+    mode: int,
+    durable: bool,
+    exclusive: bool,
+    make_parents: bool,
+) -> None:
     if make_parents:
         path.parent.mkdir(parents=True, exist_ok=True)
     import tempfile  # here: activation imports this module, and tempfile is not light
@@ -37,7 +64,7 @@ def write_bytes(
     temp = Path(name)
     try:
         with os.fdopen(fd, "wb") as stream:
-            stream.write(data)
+            fill(stream)
             stream.flush()
             if durable:
                 os.fsync(stream.fileno())

@@ -138,6 +138,34 @@ def make_dir(directory: str) -> None:
         os.makedirs(directory, exist_ok=True)
 
 
+def group_links(
+    by_dir: Mapping[str, list[tuple[str, str]]], store: str, generation: str
+) -> list[list[str]] | None:
+    """The hard links of a layer (source under ``store``, destination under ``generation``)
+    as ``[entry, source prefix, destination prefix, the paths under both, one per line]``:
+    what a recall of the generation links again (:mod:`kvenv.env.recall`), a fraction of the
+    memory of the pairs themselves, kept after they are freed. None for a link it cannot
+    describe so (a path with a line break, a source or destination elsewhere)."""
+    groups: dict[tuple[str, str, str], list[str]] = {}
+    base, made = store + "/", generation + "/"
+    for pairs in by_dir.values():
+        for source, dest in pairs:
+            if "/../" in source:  # a file of data/, include/: "<entry>/site/../data/..."
+                source = os.path.normpath(source)
+            if not (source.startswith(base) and dest.startswith(made)):
+                return None
+            sha, _, rel = source[len(base) :].partition("/")
+            top, _, rest = rel.partition("/")
+            if not rest or "\n" in rest or not dest.endswith("/" + rest):
+                return None
+            key = (sha, top + "/", dest[len(made) : -len(rest)])
+            found = groups.get(key)
+            if found is None:
+                found = groups[key] = []
+            found.append(rest)
+    return [[sha, src, dst, "\n".join(rests)] for (sha, src, dst), rests in groups.items()]
+
+
 def with_shebang(data: bytes, python: str) -> bytes:
     """A script's bytes with the portable ``#!python`` first line replaced by ``#!PYTHON``
     (what :func:`installer.utils.fix_shebang` does, without importing PyPA's installer on

@@ -179,7 +179,7 @@ def remember_answer(
     """Record ``answer`` for ``key`` (the command, the profile's facts, the paths, the
     inputs), valid while :func:`capture` of ``where`` gives ``state`` (captured before the
     full path read the root) and, when given, the live host is ``host``. Best effort."""
-    from kvenv._util.atomic import write_bytes
+    from kvenv._util.atomic import write_json_streamed
 
     data = {
         "key": dict(key),
@@ -191,7 +191,7 @@ def remember_answer(
     }
     try:
         directory.mkdir(parents=True, exist_ok=True)
-        write_bytes(_record_path(directory, key), json.dumps(data).encode(), durable=False)
+        write_json_streamed(_record_path(directory, key), data, durable=False)
         records = sorted(directory.glob("*.json"), key=lambda p: p.stat().st_mtime_ns)
         for old in records[:-_KEEP_RECORDS]:
             old.unlink(missing_ok=True)

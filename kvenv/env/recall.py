@@ -115,21 +115,6 @@ def _rebasable(manifest: dict[str, Any], root: str, generation: str, lines: Sequ
     return True
 
 
-def _grouped(pairs: Iterable[tuple[str, str]]) -> list[list[str]]:
-    """Links (source under the store, destination under the generation) as
-    ``[entry, source prefix, destination prefix, the paths under both, one per line]``: the
-    recipe is read on every recall, and one string per group parses faster than a list per
-    file. ValueError for a path with a line break (no recipe then)."""
-    groups: dict[tuple[str, str, str], list[str]] = {}
-    for source, dest in pairs:
-        sha, _, rel = source.partition("/")
-        top, _, rest = rel.partition("/")
-        if not rest or "\n" in rest or not dest.endswith("/" + rest):
-            raise ValueError(f"cannot group {source} -> {dest}")
-        groups.setdefault((sha, top + "/", dest[: -len(rest)]), []).append(rest)
-    return [[sha, src, dst, "\n".join(rests)] for (sha, src, dst), rests in groups.items()]
-
-
 def recipe(
     *,
     root: str,
@@ -149,12 +134,11 @@ def recipe(
     try:
         with open(f"{gen}/{MANIFEST_FILE}", "rb") as stream:
             manifest = json.loads(stream.read())
-        links = _grouped(
-            (_under(source, store), _under(dest, gen))
-            for layer in layers
-            for pairs in layer.links.values()
-            for source, dest in pairs
-        )
+        links: list[list[str]] = []
+        for layer in layers:
+            if layer.links is None:
+                return None  # a link it could not describe (kvenv.env.linking.group_links)
+            links.extend(layer.links)
         scripts: dict[str, list[Any]] = {}
         records: list[list[str]] = []
         for layer in layers:

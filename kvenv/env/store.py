@@ -47,7 +47,7 @@ import attrs
 
 from kvenv._util.importnames import fold, import_name_of, protected_import_names
 from kvenv._util.progress import Progress
-from kvenv.env.linking import link_many, with_shebang
+from kvenv.env.linking import group_links, link_many, with_shebang
 from kvenv.env.manifest import FileConflict, Layer
 from kvenv.env.seal import record_problems, remove_sealed, reseal, seal, seal_problem
 from kvenv.env.wheelinstall import InstalledDist, install_wheel
@@ -355,10 +355,10 @@ class LinkedLayer:
 
     dists: list[InstalledDist]
     conflicts: list[FileConflict]
-    # What was made, for a recall of the generation (kvenv.env.recall): each directory's hard
-    # links (source, destination), each script (source in the store, destination) and each
-    # RECORD written anew.
-    links: Mapping[str, list[tuple[str, str]]] = attrs.field(factory=dict, eq=False, repr=False)
+    # What was made, for a recall of the generation (kvenv.env.recall): the hard links, grouped
+    # (kvenv.env.linking.group_links; None: not describable so), each script (source in the
+    # store, destination) and each RECORD written anew.
+    links: list[list[str]] | None = attrs.field(default=None, eq=False, repr=False)
     scripts: list[tuple[str, str]] = attrs.field(factory=list, eq=False, repr=False)
     records: list[str] = attrs.field(factory=list, eq=False, repr=False)
 
@@ -437,7 +437,9 @@ def link_layer(
         digest = "sha256:" + hashlib.sha256(record.read_bytes()).hexdigest()
         out.append(attrs.evolve(entry.dist, record_digest=digest))
     made = [(str(entry.source_of(path)), str(dest)) for entry, path, dest in scripts]
-    return LinkedLayer(out, conflicts, by_dir, made, records)
+    store = str(entries[0].path.parent) if entries else ""
+    grouped = group_links(by_dir, store, str(layout.site.parent))
+    return LinkedLayer(out, conflicts, grouped, made, records)
 
 
 def _resolve(

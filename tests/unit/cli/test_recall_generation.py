@@ -230,3 +230,30 @@ def test_a_recall_killed_anywhere_leaves_a_root_the_next_apply_completes(
     env = dict(cli.env, KVENV_ROOT=str(root))
     code, out, err = cli.run("verify", cli.profile, env=env)
     assert code == 0, (point, out, err)
+
+
+def test_a_wheel_with_data_files_is_recalled(tmp_path: Path) -> None:
+    """Files a wheel installs under ``data`` (``<entry>/site/../data/...`` in the link plan)
+    are recalled into the generation's ``data`` like the full path links them."""
+    from tests.support.applyenv import LOCAL_TARGET, helper_wheel, native_wheel, write_project
+    from tests.support.wheels import build_wheel
+
+    wheels = tmp_path / "proj" / "wheels"
+    extra = build_wheel(
+        wheels, "withdata", "1.0",
+        files={"withdata/__init__.py": "", "withdata-1.0.data/data/share/withdata/readme.txt":
+               "shared\n"},
+    )  # fmt: skip
+    project = write_project(
+        tmp_path / "proj",
+        native=native_wheel(wheels),
+        overlay=[helper_wheel(wheels), extra],
+        target=LOCAL_TARGET,
+    )
+    runner = Cli(tmp_path, project)
+    code, out, err = runner.run("apply", runner.profile)
+    assert (code, runner.taken) == (0, "full"), (out, err)
+    recalled = _into(runner, "root2")
+    assert runner.taken == "quick", recalled
+    assert _tree(tmp_path / "root2") == _tree(tmp_path / "root")
+    assert next((tmp_path / "root2").glob("generations/*/data/share/withdata/readme.txt")).is_file()

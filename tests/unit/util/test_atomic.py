@@ -111,3 +111,19 @@ def test_json_refuses_nan_and_infinity_and_writes_nothing(tmp_path: Path, value:
 def test_fsync_dir_tolerates_a_missing_directory(tmp_path: Path) -> None:
     atomic.fsync_dir(tmp_path)
     atomic.fsync_dir(tmp_path / "absent")
+
+
+def test_streamed_json_is_written_whole_or_not_at_all(tmp_path: Path) -> None:
+    """A large record is encoded into the file piece by piece; the result is compact JSON
+    (what ``json.dumps`` gives), and data that cannot be JSON leaves nothing behind."""
+    import json
+
+    from kvenv._util.atomic import write_json_streamed
+
+    data = {"links": ["x" * 100] * 20_000, "answer": {"é": None}}
+    target = tmp_path / "record.json"
+    write_json_streamed(target, data, durable=False)
+    assert target.read_text(encoding="utf-8") == json.dumps(data)
+    with pytest.raises(ValueError):
+        write_json_streamed(tmp_path / "bad.json", {"x": float("nan")})
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["record.json"]
