@@ -355,19 +355,22 @@ def cmd_apply(args: argparse.Namespace) -> int:
             args.profile = known  # the bundle's own
     import os
 
-    if quick:  # a no-op by an answer recorded below (kvenv.cli.quick)
-        from kvenv.cli.quick import recalled_noop
+    found = None
+    if quick:  # the profile's facts, places and host python, for the recalls below
+        from kvenv.cli.quick import prelude
 
-        recalled = recalled_noop(args)
+        found = prelude(args)
+    if found is not None:  # a no-op by an answer recorded below (kvenv.cli.quick)
+        from kvenv.cli.quick import recalled_generation, recalled_noop
+
+        recalled = recalled_noop(args, found)
         if recalled is not None:
             noted, generation, root = recalled
             if noted.note:
                 err(f"note: {noted.note}")
             out(f"already up to date: generation {generation} in {root}; nothing to do")
             return EXIT_OK
-        from kvenv.cli.quick import recalled_generation
-
-        made = recalled_generation(args, err)  # a new root: the generation recalled
+        made = recalled_generation(args, found, err)  # a new root: the generation recalled
         if made is not None:
             noted, name, built, recipe = made
             if noted.note:

@@ -122,9 +122,10 @@ def _eligible(args: argparse.Namespace) -> bool:
     return _io.VERBOSITY <= 0  # --verbose lines come from the full path
 
 
-def _prelude(
-    args: argparse.Namespace,
-) -> tuple[ProfileFacts, tuple[Any, ...], HostPython] | None:
+Prelude = tuple["ProfileFacts", tuple[Any, ...], "HostPython"]
+
+
+def prelude(args: argparse.Namespace) -> Prelude | None:
     """(facts, places, host python) a recall of ``apply`` or ``status`` starts from; None
     when it cannot be recalled (``--verbose``, no facts record, a host python the full path
     has to report on)."""
@@ -141,14 +142,11 @@ def _prelude(
 # -- recall ------------------------------------------------------------------------------------
 
 
-def recalled_noop(args: argparse.Namespace) -> tuple[HostPython, str, str] | None:
+def recalled_noop(args: argparse.Namespace, found: Prelude) -> tuple[HostPython, str, str] | None:
     """``(host python, generation, root)`` when ``kvenv apply`` is a no-op by a recorded
-    answer of the full path that still holds; else None."""
+    answer of the full path that still holds (``found``: :func:`prelude`); else None."""
     from kvenv.env.quickstate import recall_answer
 
-    found = _prelude(args)
-    if found is None:
-        return None
     facts, places, python = found
     key = _key("apply", args, facts, places) | {"python_row": _python_row(python)}
     key["sys_path"] = list(sys.path)  # one record per way of starting kvenv (-m, a script)
@@ -162,7 +160,7 @@ def recalled_status(args: argparse.Namespace) -> tuple[HostPython, dict[str, Any
     """``(host python, what root_status reported)`` by a recorded answer that still holds."""
     from kvenv.env.quickstate import recall_answer
 
-    found = _prelude(args)
+    found = prelude(args)
     if found is None:
         return None
     facts, places, python = found
@@ -261,18 +259,14 @@ def _generation_key(
 
 
 def recalled_generation(
-    args: argparse.Namespace, on_wait: Callable[[str], None]
+    args: argparse.Namespace, found: Prelude, on_wait: Callable[[str], None]
 ) -> tuple[HostPython, str, Built, dict[str, Any]] | None:
     """``(host python, profile name, what was built, the recipe)`` when ``kvenv apply`` into
     a root that does not exist yet was recalled: the generation the full path built in another
     new root with everything it read unchanged, made again here (:func:`kvenv.env.recall.replay`);
     None when it cannot be (then nothing is built and the full path runs)."""
     from kvenv.env.quickstate import recall_answer
-    from kvenv.env.recall import replay
 
-    found = _prelude(args)
-    if found is None:
-        return None
     facts, places, python = found
     root = Path(places[0])
     if os.path.lexists(root):
@@ -286,6 +280,8 @@ def recalled_generation(
         return None
     if not isinstance(interpreter, str) or not os.path.isabs(interpreter):
         return None
+    from kvenv.env.recall import replay  # only with a recipe to replay
+
     jobs = max(1, min(int(getattr(args, "jobs", 8) or 1), os.cpu_count() or 1))
     built = replay(
         recipe,

@@ -117,11 +117,6 @@ class ApplyResult:
     repaired: bool = False
 
 
-def _test_kill(point: str) -> None:
-    """:func:`kvenv._util.killpoint.kill_point` (the hardening suite's fault injection)."""
-    kill_point(point)
-
-
 # -- planning against a root -------------------------------------------------------------------
 
 
@@ -377,7 +372,7 @@ def _fetch_progress(progress: Progress | None) -> Progress | None:
 
     def report(label: str, done: int, total: int | None) -> None:
         if kill_mid and done > 0 and (total is None or done < total):
-            _test_kill("mid-fetch")
+            kill_point("mid-fetch")
         if progress is not None:
             progress(label, done, total)
 
@@ -428,7 +423,7 @@ class _Run:
         }
         for step in self.plan.steps:
             steps[step.name]()
-            _test_kill(step.name)
+            kill_point(step.name)
         root = self.locations.root
         previous = self.pointer.generation if self.pointer else None
         keep = {g for g in (self.generation, previous) if g}

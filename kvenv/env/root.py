@@ -35,7 +35,7 @@ import attrs
 from kvenv.env.manifest import MANIFEST_NAME, Manifest, Pointer, path_inside, read_manifest
 from kvenv.env.rootfiles import GENERATIONS as GENERATIONS
 from kvenv.env.rootfiles import POINTER_NAME as POINTER_NAME
-from kvenv.env.rootfiles import PathLock, write_marker, write_pointer
+from kvenv.env.rootfiles import PathLock, file_sha256, write_marker, write_pointer
 from kvenv.env.rootfiles import new_generation_id as new_generation_id
 from kvenv.env.rootfiles import now as now
 from kvenv.errors import ConflictError, InputError, IntegrityError, KvenvError, Problem
@@ -296,22 +296,13 @@ def switch(locations: Locations, generation: str, previous: str | None) -> None:
     write_pointer(locations.root, generation, previous)
 
 
-def _file_sha256(path: Path) -> str | None:
-    import hashlib
-
-    try:
-        return hashlib.sha256(path.read_bytes()).hexdigest()
-    except FileNotFoundError:
-        return None
-
-
 def checked_manifest_path(root: Path, pointer: Pointer) -> Path:
     """The manifest ``pointer`` names, after checking its bytes against the digest the pointer
     recorded: an :class:`IntegrityError` naming the file and the fix when they differ (a hand
     edit) or the pointer records none (an older kvenv). A missing manifest is left to its
     reader, which says so."""
     path = manifest_path(root, pointer.generation)
-    have = _file_sha256(path)
+    have = file_sha256(path)
     if have is None or have == pointer.manifest_sha256:
         return path
     if pointer.manifest_sha256 is None:

@@ -50,15 +50,20 @@ def new_generation_id() -> str:
 def write_pointer(root: Path, generation: str, previous: str | None) -> None:
     """The one atomic state change: replace ``current.json``, recording the sha256 of the
     generation's manifest (written, durably, before the switch)."""
-    manifest = root / GENERATIONS / generation / MANIFEST_FILE
-    try:
-        import hashlib
-
-        digest: str | None = hashlib.sha256(manifest.read_bytes()).hexdigest()
-    except FileNotFoundError:
-        digest = None
+    digest = file_sha256(root / GENERATIONS / generation / MANIFEST_FILE)
     data = {"schema": 1, "generation": generation, "previous": previous, "manifest_sha256": digest}
     atomic.write_json(root / POINTER_NAME, data)
+
+
+def file_sha256(path: Path) -> str | None:
+    """The sha256 of the file's bytes (what the pointer records of a manifest), or None when
+    it does not exist."""
+    import hashlib
+
+    try:
+        return hashlib.sha256(path.read_bytes()).hexdigest()
+    except FileNotFoundError:
+        return None
 
 
 class PathLock:
