@@ -5,13 +5,15 @@ Every zip entry is checked *before* anything is written: paths that escape the t
 duplicate names, unknown ``.data`` schemes, an unsupported ``Wheel-Version``, a missing, huge or
 lying ``RECORD`` (files missing from it, entries without hash or size, weak hash algorithms,
 entries naming files the archive lacks), and any file that would land in a protected package's
-import names (``torch/``, ``torch.py``, ``torch-*.dist-info``...). ``installer``'s own
-``validate_record`` runs too.
+import names (``torch/``, ``torch.py``, ``torch-*.dist-info``...). What ``installer``'s own
+``validate_record`` checks is part of these (RECORD listing a hash for itself, or listing its
+signature files, is refused too), so RECORD is parsed once.
 
 Then each member is read with ``os.pread`` from the wheel, inflated with zlib, hashed once with
 sha256 and written with ``os.write`` to a file created exclusively (never overwriting). That one
 digest is checked against ``RECORD`` *and* becomes the installed ``RECORD``'s entry, so nothing is
-decompressed or hashed twice. Console-script launchers (``installer.scripts.Script``), shebang
+decompressed or hashed twice; a small member (nearly all of them) is checked before its file is
+even created. Console-script launchers (``installer.scripts.Script``), shebang
 rewriting (``installer.utils.fix_shebang``) and the installed ``RECORD``'s layout are
 ``installer``'s. A wheel over ``SPLIT_BYTES`` is written by several threads (zlib, hashlib and
 file writes release the GIL). A mismatch removes every file this call wrote, so a failed
@@ -186,11 +188,15 @@ def inspect_wheel(zf: zipfile.ZipFile, filename: str, protected: Iterable[str] =
     if zf.getinfo(record_path).file_size > MAX_RECORD_BYTES:
         raise _bad(where, f"RECORD is larger than {MAX_RECORD_BYTES} bytes")
     records = _parse_record(_read_text(zf, record_path, where), where)
+    if records.get(record_path, ("", "", -1)) != ("", "", -1):
+        raise _bad(where, "RECORD lists a hash or size for itself")
     signatures = {f"{dist_info}/RECORD.jws", f"{dist_info}/RECORD.p7s"}
     files = [i.filename for i in infos if not i.is_dir()]
     for path in files:
         entry = records.get(path)
         if path in signatures:
+            if entry is not None:
+                raise _bad(where, f"RECORD lists its own signature file {path!r}")
             continue
         if entry is None:
             raise _bad(where, f"{path!r} is not listed in RECORD")
@@ -203,12 +209,17 @@ def inspect_wheel(zf: zipfile.ZipFile, filename: str, protected: Iterable[str] =
     if fold(name) in protected_names:
         raise _bad(where, f"{name} is a protected host package and is never installed")
     top_level: set[str] = set()
+    allowed: set[str] = set()  # top-level names already found not protected
     for path in files:
         site_path = _site_relative(path, data_dir, where)
         if site_path is None:
             continue
         first = site_path.split("/", 1)[0]
-        if import_name_of(first) in protected_names:
+        if first in allowed:
+            pass
+        elif import_name_of(first) not in protected_names:
+            allowed.add(first)
+        else:
             raise _bad(
                 where,
                 f"{path!r} would land in the protected package {first!r}; protected "
@@ -313,6 +324,16 @@ def _mismatch(label: str) -> IntegrityError:
     )
 
 
+def is_small(info: zipfile.ZipInfo) -> bool:
+    """Whether a member is read and inflated in one step (nearly every member of a wheel):
+    at most ``READ_CHUNK`` compressed and ``OUT_CHUNK`` inflated, deflated or stored."""
+    return (
+        info.compress_size <= READ_CHUNK
+        and info.file_size <= OUT_CHUNK
+        and info.compress_type in (zipfile.ZIP_DEFLATED, zipfile.ZIP_STORED)
+    )
+
+
 class _Archive:
     """Reads members straight from the wheel's file descriptor with ``os.pread``: no shared
     file position, so threads read members of one wheel at once. A small member is one read
@@ -328,8 +349,7 @@ class _Archive:
     def pieces(self, info: zipfile.ZipInfo) -> Iterable[bytes]:
         if info.flag_bits & 0x1:
             raise _bad(self.where, f"entry {info.filename!r} is encrypted")
-        small = info.compress_size <= READ_CHUNK and info.file_size <= OUT_CHUNK
-        if small and info.compress_type in (zipfile.ZIP_DEFLATED, zipfile.ZIP_STORED):
+        if is_small(info):
             return self._small(info)
         start = self._data_offset(info)
         if info.compress_type == zipfile.ZIP_DEFLATED:
@@ -338,10 +358,14 @@ class _Archive:
             return self._stored(info, start)
         return self._other(info)
 
-    def _data_offset(self, info: zipfile.ZipInfo, head: bytes | None = None) -> int:
+    def _data_offset(
+        self, info: zipfile.ZipInfo, head: bytes | None = None, name: bytes | None = None
+    ) -> int:
         """Where the member's data starts, once its local header is checked (``head``: bytes
-        read from the header on, when the caller read them already)."""
-        name = info.orig_filename.encode("utf-8" if info.flag_bits & 0x800 else "cp437")
+        read from the header on, when the caller read them already; ``name``: the member's
+        name as stored, when the caller encoded it already)."""
+        if name is None:
+            name = info.orig_filename.encode("utf-8" if info.flag_bits & 0x800 else "cp437")
         if head is None:
             head = os.pread(self.fd, 30 + len(name), info.header_offset)
         if head[:4] != _LOCAL_MAGIC or head[30 : 30 + len(name)] != name:
@@ -353,14 +377,19 @@ class _Archive:
         return start
 
     def _small(self, info: zipfile.ZipInfo) -> tuple[bytes]:
-        """A small member in one piece: its local header and data in one ``pread`` (a second
-        one only when the header's extra field is longer than ``_HEADER_SLACK``), inflated
-        in one step that stops one byte past the declared size."""
-        name_len = len(info.orig_filename.encode("utf-8" if info.flag_bits & 0x800 else "cp437"))
+        return (self.small_data(info),)
+
+    def small_data(self, info: zipfile.ZipInfo) -> bytes:
+        """A small member (see :func:`is_small`) in one piece: its local header and data in
+        one ``pread`` (a second one only when the header's extra field is longer than
+        ``_HEADER_SLACK``), inflated in one step that stops one byte past the declared size."""
+        if info.flag_bits & 0x1:
+            raise _bad(self.where, f"entry {info.filename!r} is encrypted")
+        name = info.orig_filename.encode("utf-8" if info.flag_bits & 0x800 else "cp437")
         block = os.pread(
-            self.fd, 30 + name_len + _HEADER_SLACK + info.compress_size, info.header_offset
+            self.fd, 30 + len(name) + _HEADER_SLACK + info.compress_size, info.header_offset
         )
-        start = self._data_offset(info, block) - info.header_offset
+        start = self._data_offset(info, block, name) - info.header_offset
         data = block[start : start + info.compress_size]
         if len(data) != info.compress_size:  # a long extra field: read the data itself
             data = os.pread(self.fd, info.compress_size, info.header_offset + start)
@@ -369,7 +398,7 @@ class _Archive:
         if info.compress_type == zipfile.ZIP_STORED:
             if info.compress_size != info.file_size:
                 raise _mismatch(f"{self.where}: {info.filename}")
-            return (data,)
+            return data
         decompressobj, errors = _inflate_lib()
         inflater = decompressobj(-15)
         try:
@@ -378,7 +407,7 @@ class _Archive:
             raise _bad(self.where, f"entry {info.filename!r}: corrupt data ({exc})") from None
         if len(out) != info.file_size or not inflater.eof:
             raise _mismatch(f"{self.where}: {info.filename}")
-        return (out,)
+        return out
 
     def _stored(self, info: zipfile.ZipInfo, start: int) -> Iterator[bytes]:
         if info.compress_size != info.file_size:
@@ -461,27 +490,36 @@ class _Writer:
             reason = check_entry_name(path)
             if reason:  # generated names (scripts, entry points) are checked here
                 raise ValueError(f"refusing to write {path!r}: {reason}")
-        full = f"{self.schemes[scheme]}/{path}"
-        parent = full.rpartition("/")[0]
-        if parent not in self.known_dirs:
-            self._make_dirs(parent)
-        flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC
-        fd = os.open(full, flags, self.modes[executable])
-        self.created_files.append(full)
+        fd = self._create(scheme, path, executable)
         digest = hashlib.sha256()
         size = 0
         try:
             for piece in pieces:
                 digest.update(piece)
                 size += len(piece)
-                done = os.write(fd, piece)
-                if done != len(piece):
-                    view = memoryview(piece)[done:]
-                    while view:
-                        view = view[os.write(fd, view) :]
+                _write_all(fd, piece)
         finally:
             os.close(fd)
         return _Row(scheme, path, _b64(digest.digest()), size)
+
+    def write_member(self, scheme: str, path: str, data: bytes, executable: bool) -> None:
+        """Write a member's bytes, already hashed and checked by the caller, to ``path`` of
+        ``scheme`` (an archive member's path: :func:`inspect_wheel` checked it)."""
+        fd = self._create(scheme, path, executable)
+        try:
+            _write_all(fd, data)
+        finally:
+            os.close(fd)
+
+    def _create(self, scheme: str, path: str, executable: bool) -> int:
+        """A new file (never an existing one) at ``path`` of ``scheme``, its parents made."""
+        full = f"{self.schemes[scheme]}/{path}"
+        parent = full.rpartition("/")[0]
+        if parent not in self.known_dirs:
+            self._make_dirs(parent)
+        fd = os.open(full, _CREATE, self.modes[executable])
+        self.created_files.append(full)
+        return fd
 
     def _make_dirs(self, directory: str) -> None:
         """``directory`` and any missing parents, one ``mkdir`` each; the ones made here are
@@ -516,6 +554,17 @@ class _Writer:
                 os.rmdir(directory)
             except OSError:
                 continue
+
+
+_CREATE = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC
+
+
+def _write_all(fd: int, data: bytes) -> None:
+    done = os.write(fd, data)
+    if done != len(data):
+        view = memoryview(data)[done:]
+        while view:
+            view = view[os.write(fd, view) :]
 
 
 def _b64(digest: bytes) -> str:
@@ -597,6 +646,15 @@ def _install_member(job: _Job, info: zipfile.ZipInfo) -> _Row:
     mode = info.external_attr >> 16
     executable = bool(mode and stat.S_ISREG(mode) and mode & 0o111)
     expected = facts.records.get(info.filename, ("", "", -1))
+    if job.verify and expected[0] == "sha256" and scheme != "scripts" and is_small(info):
+        # Nearly every member: read, inflated and hashed in memory, checked against RECORD
+        # before its file is created, written in one call.
+        data = job.archive.small_data(info)
+        row = _Row(scheme, path, _b64(hashlib.sha256(data).digest()), len(data))
+        if row.digest != expected[1] or row.size != expected[2]:
+            _check_row(job, _Verified(expected), info.filename, row, label)
+        job.writer.write_member(scheme, path, data, executable)
+        return row
     pieces: Iterable[bytes] = job.archive.pieces(info)
     verified: _Verified | None = None
     if job.verify and expected[0]:
@@ -759,7 +817,6 @@ def install_wheel(
     in both cases every file this call wrote is removed again.
     """
     from installer.exceptions import InstallerError
-    from installer.sources import WheelFile
 
     wheel = Path(wheel)
     target = Path(os.path.abspath(target))
@@ -771,10 +828,6 @@ def install_wheel(
     with zf:
         facts = inspect_wheel(zf, wheel.name, protected)
         hooks = _executable_pth(zf, facts, wheel.name)
-        try:
-            WheelFile(zf).validate_record(validate_contents=False)
-        except (InstallerError, ValueError) as exc:
-            raise _bad(wheel.name, str(exc)) from None
         scripts = os.path.abspath(bin_dir) if bin_dir else str(target / "bin")
         include = os.path.abspath(include_dir) if include_dir else str(target / "include")
         schemes = {

@@ -363,3 +363,46 @@ def test_a_lying_local_header_is_refused(tmp_path: Path) -> None:
     wheel.write_bytes(raw[:index] + b"liar/__evil__.py" + raw[index + len(name) :])
     with pytest.raises(IntegrityError, match="local header does not match"):
         install_wheel(wheel, tmp_path / "t")
+
+
+def test_refuses_record_hashing_itself(tmp_path: Path) -> None:
+    """RECORD cannot hash itself (installer's validate_record's rule, checked in the one
+    RECORD pass of inspect_wheel)."""
+    wheel = build_wheel(tmp_path / "w", "selfish", "1")
+    with zipfile.ZipFile(wheel) as zf:
+        record = zf.read("selfish-1.dist-info/RECORD")
+    lines = [
+        b"selfish-1.dist-info/RECORD,sha256=AAAA,10"
+        if line.startswith(b"selfish-1.dist-info/RECORD,")
+        else line
+        for line in record.splitlines()
+    ]
+    assert lines != record.splitlines()
+    _rewrite(wheel, replace={"selfish-1.dist-info/RECORD": b"\n".join(lines) + b"\n"})
+    with pytest.raises(IntegrityError, match="hash or size for itself"):
+        install_wheel(wheel, tmp_path / "t")
+    assert _tree(tmp_path / "t") == []
+
+
+@pytest.mark.parametrize("listed", [False, True])
+def test_signature_files_are_not_listed_in_record(tmp_path: Path, listed: bool) -> None:
+    """RECORD.jws may ship unlisted (and is installed, unchecked but CRC-guarded); a RECORD
+    that lists it is refused, as installer's validate_record refuses it."""
+    signature = "signed-1.dist-info/RECORD.jws"
+    wheel = build_wheel(tmp_path / "w", "signed", "1")
+    with zipfile.ZipFile(wheel) as zf:
+        record = zf.read("signed-1.dist-info/RECORD")
+    if listed:
+        record += f"{signature},,\n".encode()
+    _rewrite(
+        wheel,
+        replace={"signed-1.dist-info/RECORD": record},
+        add=[(_raw(signature), b"{}")],
+    )
+    if listed:
+        with pytest.raises(IntegrityError, match="its own signature file"):
+            install_wheel(wheel, tmp_path / "t")
+        assert _tree(tmp_path / "t") == []
+    else:
+        install_wheel(wheel, tmp_path / "t")
+        assert (tmp_path / "t" / signature).read_bytes() == b"{}"
