@@ -42,9 +42,9 @@ def _walk(root: Path) -> tuple[list[str], list[str]]:
     of the entry itself excluded."""
     files: list[str] = []
     dirs: list[str] = []
-    for current, subdirs, names in os.walk(root):
-        rel = os.path.relpath(current, root)
-        prefix = "" if rel == "." else rel + "/"
+    cut = len(os.fspath(root)) + 1  # os.walk's paths all start with root and a "/"
+    for current, subdirs, names in os.walk(os.fspath(root)):
+        prefix = current[cut:] + "/" if len(current) >= cut else ""
         dirs.extend(prefix + d for d in subdirs)
         files.extend(prefix + n for n in names if not (prefix == "" and n.startswith(".kvenv-")))
     return sorted(files), sorted(dirs)
@@ -61,23 +61,25 @@ def seal(root: Path) -> None:
     size, mode and mtime, each directory's ctime (taken once it is read-only) and the names at
     the top in ``root/.kvenv-seal.json`` (written last)."""
     files, dirs = _walk(root)
-    record: dict[str, list[int]] = {}
+    base = os.fspath(root)
+    lstat, chmod = os.lstat, os.chmod  # plain string paths: this runs once per unpacked file
+    numbers: list[int] = []
     for rel in files:
-        path = root / rel
-        info = os.lstat(path)
+        path = f"{base}/{rel}"
+        info = lstat(path)
         if stat.S_ISREG(info.st_mode) and info.st_mode & _WRITE_BITS:
-            os.chmod(path, stat.S_IMODE(info.st_mode) & ~_WRITE_BITS)
-            info = os.lstat(path)
-        record[rel] = [info.st_size, stat.S_IMODE(info.st_mode), info.st_mtime_ns]
+            chmod(path, stat.S_IMODE(info.st_mode) & ~_WRITE_BITS)
+            info = lstat(path)
+        numbers += (info.st_size, info.st_mode & 0o7777, info.st_mtime_ns)
     for rel in reversed(dirs):
-        path = root / rel
-        os.chmod(path, stat.S_IMODE(os.lstat(path).st_mode) & ~_WRITE_BITS)
+        path = f"{base}/{rel}"
+        chmod(path, lstat(path).st_mode & 0o7777 & ~_WRITE_BITS)
     document = {
         "format": SEAL_FORMAT,
-        "files": list(record),
-        "stats": _pack(n for numbers in record.values() for n in numbers),
+        "files": files,
+        "stats": _pack(numbers),
         "dirs": dirs,
-        "ctimes": _pack(os.lstat(root / rel).st_ctime_ns for rel in dirs),
+        "ctimes": _pack(lstat(f"{base}/{rel}").st_ctime_ns for rel in dirs),
         "top": _top_names(os.fspath(root)),
     }
     atomic.write_json(root / SEAL, document, durable=False, mode=0o444)
