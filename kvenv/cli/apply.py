@@ -433,7 +433,7 @@ def cmd_apply(args: argparse.Namespace) -> int:
         dry_run=args.dry_run,
         wait=not args.no_wait,
         jobs=args.jobs,
-        progress=progress,
+        progress=progress if progress.enabled else None,  # no call per unpacked file for nothing
         on_wait=err,
         repair=args.repair,
         keep=keep,
