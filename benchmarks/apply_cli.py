@@ -97,7 +97,7 @@ def main() -> int:
     parser.add_argument("--rounds", type=int, default=5, help="warm rounds")
     parser.add_argument("--cold-rounds", type=int, default=3)
     parser.add_argument("--pip-rounds", type=int, default=1)
-    parser.add_argument("--tmp", type=Path)
+    parser.add_argument("--tmp", type=Path, help="where the work goes (also every tool's TMPDIR)")
     parser.add_argument("--out", type=Path, default=REPO / "benchmarks/results/apply-cli.json")
     args = parser.parse_args()
     kvenvs = {}
@@ -109,6 +109,8 @@ def main() -> int:
     profile = _project(work, wheels)
     first = next(iter(kvenvs.values()))
     base_env = {k: v for k, v in os.environ.items() if not k.startswith(("KVENV_", "VIRTUAL_ENV"))}
+    if args.tmp is not None:  # every tool's scratch files on the same file system as its target
+        base_env["TMPDIR"] = str(args.tmp)  # (pip --target builds in a temporary directory)
     bundle = work / "bundle"
     setup_env = dict(base_env, KVENV_CACHE_DIR=str(work / "bundle-cache"))
     _timed([str(first), "bundle", str(profile), "-o", str(bundle)], setup_env)

@@ -29,6 +29,7 @@ least 5x faster than pip. Writes JSON (default ``benchmarks/results/vllm_closure
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import os
 import platform
@@ -213,12 +214,28 @@ def _overlay_files(args: argparse.Namespace, into: Path) -> list[Path]:
     return files
 
 
+def _kvenvs(args: argparse.Namespace) -> dict[str, str]:
+    """The kvenv installs to time, by label ("" for the host venv's own when none is named)."""
+    if not args.kvenv:
+        return {"": str(args.host_venv / "bin" / "kvenv")}
+    out = {}
+    for item in args.kvenv:
+        label, _, path = item.partition("=")
+        out[label] = path
+    return out
+
+
+def _named(label: str, what: str) -> str:
+    return f"kvenv{f'[{label}]' if label else ''} apply ({what})"
+
+
 def bench_apply(args: argparse.Namespace, work: Path) -> dict[str, Any]:
-    kvenv = str(args.host_venv / "bin" / "kvenv")
+    kvenvs = _kvenvs(args)
     profile = str(args.project / "profiles" / f"{args.profile}.toml")
     files = [str(f) for f in _overlay_files(args, work / "wheels")]
-    env = _env()
+    env = _env(TMPDIR=str(work))  # scratch files beside the targets (pip --target, uv)
     uv_warm = work / "uv-install-warm"
+    cold_only = args.only == "apply-cold"
 
     def target(name: str, i: int) -> Path:
         return work / f"{name}-{i}"
@@ -226,13 +243,15 @@ def bench_apply(args: argparse.Namespace, work: Path) -> dict[str, Any]:
     # the host is the venv with CPU torch (the environment is stripped, so name it)
     host_python = str(args.host_venv / "bin" / "python")
 
-    def kvenv_warm(i: int) -> list[str]:
+    def kvenv_warm(kvenv: str, i: int) -> list[str]:
         root, cache = target("kvenv-root", i), args.kvenv_cache
         return [kvenv, "apply", profile, "--offline", "--root", str(root), "--cache", str(cache),
                 "--python", host_python]  # fmt: skip
 
-    def kvenv_cold_store(i: int) -> list[str]:
+    def kvenv_cold_store(kvenv: str, i: int) -> list[str]:
         cache = target("kvenv-cache", i)
+        shutil.rmtree(cache, ignore_errors=True)
+        shutil.rmtree(target("kvenv-root-cold", i), ignore_errors=True)
         cache.mkdir()
         subprocess.run(
             ["cp", "-al", str(args.kvenv_cache / "artifacts-v1"), str(cache / "artifacts-v1")],
@@ -243,11 +262,16 @@ def bench_apply(args: argparse.Namespace, work: Path) -> dict[str, Any]:
                 "--python", host_python]  # fmt: skip
 
     def uv_install(cache: Path, i: int, name: str) -> list[str]:
+        shutil.rmtree(target(name, i), ignore_errors=True)
         return [
             _uv(), "pip", "install", "--python", str(args.host_venv / "bin" / "python"),
             "--target", str(target(name, i)), "--no-deps", "--cache-dir", str(cache), "-q",
             *files,
         ]  # fmt: skip
+
+    def uv_cold(i: int) -> list[str]:
+        shutil.rmtree(target("uv-cache", i), ignore_errors=True)
+        return uv_install(target("uv-cache", i), i, "uvc")
 
     def pip_install(i: int) -> list[str]:
         return [
@@ -256,26 +280,34 @@ def bench_apply(args: argparse.Namespace, work: Path) -> dict[str, Any]:
             *files,
         ]  # fmt: skip
 
-    cases: dict[str, Callable[[int], list[str]]] = {
-        "kvenv apply (warm cache)": kvenv_warm,
-        "kvenv apply (artifacts cached, store cold)": kvenv_cold_store,
-        "uv pip install --target --no-deps (warm cache)": lambda i: uv_install(uv_warm, i, "uvw"),
-        "uv pip install --target --no-deps (cold cache)": lambda i: uv_install(
-            target("uv-cache", i), i, "uvc"
-        ),
-    }
+    cases: dict[str, Callable[[int], list[str]]] = {}
+    for label, kvenv in kvenvs.items():
+        if not cold_only:
+            cases[_named(label, "warm cache")] = functools.partial(kvenv_warm, kvenv)
+        cases[_named(label, "artifacts cached, store cold")] = functools.partial(
+            kvenv_cold_store, kvenv
+        )
+    if not cold_only:
+        cases["uv pip install --target --no-deps (warm cache)"] = lambda i: uv_install(
+            uv_warm, i, "uvw"
+        )
+    cases["uv pip install --target --no-deps (cold cache)"] = uv_cold
     samples: dict[str, list[float]] = {name: [] for name in cases}
     samples["pip install --target --no-deps"] = []
     children: dict[str, list[Any]] = {name: [] for name in samples}
-    _run(uv_install(uv_warm, -1, "uvw"), env)  # fill uv's warm cache
-    _run(kvenv_warm(-1), env)  # fill kvenv's store
-    shutil.rmtree(target("kvenv-root", -1), ignore_errors=True)
+    if not cold_only:
+        _run(uv_install(uv_warm, -1, "uvw"), env)  # fill uv's warm cache
+        for kvenv in kvenvs.values():
+            _run(kvenv_warm(kvenv, -1), env)  # fill kvenv's store
+            shutil.rmtree(target("kvenv-root", -1), ignore_errors=True)
+    names = list(cases)
     for i in range(args.rounds):
-        for name, make in cases.items():
-            argv = make(i)
+        # the order turns every round, so no tool always runs right after another's clean-up
+        for name in names[i % len(names) :] + names[: i % len(names)]:
+            argv = cases[name](i)
             samples[name].append(_run(argv, env, into=children[name]))
-        for name in ("kvenv-root", "kvenv-root-cold", "kvenv-cache", "uvw", "uvc", "uv-cache"):
-            shutil.rmtree(target(name, i), ignore_errors=True)
+            for kind in ("kvenv-root", "kvenv-root-cold", "kvenv-cache", "uvw", "uvc", "uv-cache"):
+                shutil.rmtree(target(kind, i), ignore_errors=True)
     for i in range(args.pip_rounds):
         pip_name = "pip install --target --no-deps"
         samples[pip_name].append(_run(pip_install(i), env, into=children[pip_name]))
@@ -284,27 +316,27 @@ def bench_apply(args: argparse.Namespace, work: Path) -> dict[str, Any]:
     for name, runs in children.items():  # CPU (user + sys) and peak RSS of each child
         if runs and name in results:
             results[name]["cpu_median_s"] = round(statistics.median(r.cpu for r in runs), 3)
+            results[name]["user_median_s"] = round(statistics.median(r.user for r in runs), 3)
             results[name]["max_rss_mib"] = round(statistics.median(r.max_rss_mib for r in runs), 1)
     uv_w = "uv pip install --target --no-deps (warm cache)"
     uv_c = "uv pip install --target --no-deps (cold cache)"
     pip = "pip install --target --no-deps"
+    ratios: dict[str, float | None] = {}
+    for label in kvenvs:
+        who = f"kvenv{f'[{label}]' if label else ''}"
+        warm, cold = _named(label, "warm cache"), _named(label, "artifacts cached, store cold")
+        ratios.update({
+            f"{who} warm / uv warm": _ratio(results, warm, uv_w),
+            f"{who} store-cold / uv cold": _ratio(results, cold, uv_c),
+            f"pip / {who} warm": _ratio(results, pip, warm),
+            f"pip / {who} store-cold": _ratio(results, pip, cold),
+            f"{who} store-cold / uv cold, peak RSS": _rss_ratio(results, cold, uv_c),
+        })  # fmt: skip
     return {
         "wheels": len(files),
         "bytes": sum(Path(f).stat().st_size for f in files),
         "results": results,
-        "ratios": {
-            "kvenv warm / uv warm": _ratio(results, "kvenv apply (warm cache)", uv_w),
-            "kvenv store-cold / uv cold": _ratio(
-                results, "kvenv apply (artifacts cached, store cold)", uv_c
-            ),
-            "pip / kvenv warm": _ratio(results, pip, "kvenv apply (warm cache)"),
-            "pip / kvenv store-cold": _ratio(
-                results, pip, "kvenv apply (artifacts cached, store cold)"
-            ),
-            "kvenv store-cold / uv cold, peak RSS": _rss_ratio(
-                results, "kvenv apply (artifacts cached, store cold)", uv_c
-            ),
-        },
+        "ratios": {name: value for name, value in ratios.items() if value is not None},
         "aims": {
             "kvenv warm / uv warm": "<= 1.0",
             "kvenv store-cold / uv cold": "<= 1.0",
@@ -322,7 +354,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--pip-python", type=Path, default=Path(shutil.which("python3") or ""))
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--pip-rounds", type=int, default=2)
-    parser.add_argument("--only", choices=("lock", "apply"))
+    parser.add_argument("--only", choices=("lock", "apply", "apply-cold"))
+    parser.add_argument(
+        "--kvenv", action="append", metavar="LABEL=PATH",
+        help="a kvenv to time (repeat for several, e.g. before=... after=...); default: the "
+        "host venv's",
+    )  # fmt: skip
+    parser.add_argument("--tmp", type=Path, help="where the work goes (default: beside --project)")
     parser.add_argument("--output", type=Path, default=HERE / "results" / "vllm_closure.json")
     args = parser.parse_args(argv)
     if args.only != "lock" and args.kvenv_cache is None:
@@ -336,15 +374,18 @@ def main(argv: list[str] | None = None) -> int:
         machine=f"{platform.machine()}, {os.cpu_count()} CPUs",
         taken_at=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
     )
-    with tempfile.TemporaryDirectory(prefix="kvenv-vllm-bench-", dir=args.project.parent) as tmp:
+    scratch = args.tmp or args.project.parent
+    with tempfile.TemporaryDirectory(prefix="kvenv-vllm-bench-", dir=scratch) as tmp:
         work = Path(tmp)
         if args.only in (None, "lock"):
             (work / "lock").mkdir()
             data["lock"] = bench_lock(args, work / "lock")
             print(json.dumps(data["lock"], indent=2))
-        if args.only in (None, "apply"):
-            data["apply"] = bench_apply(args, work / "apply")
-            print(json.dumps(data["apply"], indent=2))
+        if args.only in (None, "apply", "apply-cold"):
+            key = "apply-cold" if args.only == "apply-cold" else "apply"
+            (work / "apply").mkdir()
+            data[key] = bench_apply(args, work / "apply")
+            print(json.dumps(data[key], indent=2))
     args.output.parent.mkdir(parents=True, exist_ok=True)
     args.output.write_text(json.dumps(data, indent=2) + "\n", encoding="utf-8")
     print(f"wrote {args.output}")
