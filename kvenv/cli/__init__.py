@@ -27,7 +27,7 @@ from kvenv.cli.exitcodes import (
 # imports almost nothing (see benchmarks/cli_startup.py).
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from collections.abc import Sequence
+    from collections.abc import Mapping, Sequence
     from typing import Any, NoReturn
 
 __all__ = [
@@ -55,6 +55,28 @@ _GROUPS: tuple[str, ...] = (
     "kvenv.cli.generations",
     "kvenv.cli.completion",
 )
+# The group that registers each command, so that a command's parser imports and registers that
+# group alone (start-up time). `completion`, the last group, describes every command: it gets
+# them all, as do `--help` and a command not named here. Checked against the groups themselves
+# by tests/unit/cli/test_parser_groups.py.
+_GROUP_OF: dict[str, str] = {
+    **dict.fromkeys(("profiles", "show", "validate", "schema"), "kvenv.cli.profiles"),
+    "lock": "kvenv.cli.lock",
+    **dict.fromkeys(
+        ("plan", "apply", "bootstrap", "activate", "env", "status", "verify", "reset"),
+        "kvenv.cli.apply",
+    ),
+    **dict.fromkeys(
+        ("fingerprint", "init", "doctor", "verify-gpus", "verify-wheel", "stage-wheel"),
+        "kvenv.cli.host",
+    ),
+    **dict.fromkeys(("inspect-shards", "serve"), "kvenv.cli.runtime"),
+    "bundle": "kvenv.cli.bundle",
+    "cache": "kvenv.cli.cache",
+    "cluster": "kvenv.cli.cluster",
+    **dict.fromkeys(("run", "shell", "deactivate"), "kvenv.cli.run"),
+    **dict.fromkeys(("list", "generations", "rollback"), "kvenv.cli.generations"),
+}
 
 
 def exit_code_for(error: BaseException) -> int:
@@ -146,8 +168,8 @@ def _describe(sub: Any) -> None:
 
 
 def build_parser(command: str | None = None) -> argparse.ArgumentParser:
-    """The full parser; given the ``command`` about to run, only the groups up to the one that
-    registers it are imported (CLI startup time). ``--help`` and unknown commands load all."""
+    """The full parser; given the ``command`` about to run, only the group that registers it
+    is imported (CLI startup time). ``--help``, ``completion`` and unknown commands load all."""
     parser = _Parser(
         prog="kvenv",
         description="Pinned native wheels and verified overlays on hosts whose torch/CUDA "
@@ -155,16 +177,22 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     )
     parser.add_argument("--version", action="version", version=f"kvenv {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
-    for module_name in _GROUPS:
-        module = importlib.import_module(module_name)
-        module.register(sub)
-        if command is not None and command in sub.choices:
-            break
+    group = _GROUP_OF.get(command) if command is not None else None
+    for module_name in _GROUPS if group is None else (group,):
+        importlib.import_module(module_name).register(sub)
     _describe(sub)
     from kvenv.cli.verbosity import add_flags
 
     add_flags(sub)  # -q/--quiet, -v/--verbose on every command
     return parser
+
+
+def _commands(parser: argparse.ArgumentParser) -> Mapping[str, Any]:
+    """The commands ``parser`` registered (by name)."""
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            return action.choices
+    return {}
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -252,7 +280,12 @@ def _run(argv: Sequence[str] | None) -> int:
         return EXIT_BAD_INPUT
     from kvenv.cli.hints import completer, fix_command
 
-    args.fix_command = completer(build_parser)  # hints print runnable commands
+    def parser_for(command: str) -> argparse.ArgumentParser:
+        """The parser that parsed this command line when it knows ``command`` (a hint names
+        the same or an earlier command: not built twice), else one that does."""
+        return parser if command in _commands(parser) else build_parser(command)
+
+    args.fix_command = completer(parser_for)  # hints print runnable commands
     # Records a command keeps for the next one (a profile's facts): written only once it
     # succeeded, so a refused command leaves nothing behind.
     args.on_success = []

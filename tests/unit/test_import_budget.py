@@ -106,6 +106,10 @@ def _budgets(profile: str) -> dict[str, Budget]:
     checking = ("kvenv.lock.check", "kvenv.lock.pylock", "kvenv.lock.candidates")
     recalled = (*unloaded, *planning, "kvenv.lock", "kvenv.env.apply", "kvenv.env.manifest")
     recalled += ("kvenv.env.root", "kvenv.env.activation", "kvenv.probe.checks")
+    # the command groups an apply-group command does not register (kvenv.cli._GROUP_OF)
+    others = ("kvenv.cli.profiles", "kvenv.cli.lock", "kvenv.cli.host", "kvenv.cli.runtime")
+    startup += others
+    recalled += others
     return {
         "--version": Budget(("--version",), (*MODEL, "kvenv.cli.apply", "kvenv.env"), 15),
         # validate and lock --check answer from records (kvenv.model.facts, kvenv.lock.quick):
