@@ -7,6 +7,8 @@ from __future__ import annotations
 import errno
 import os
 
+from kvenv._util.threads import thread_map
+
 TYPE_CHECKING = False
 if TYPE_CHECKING:  # no ``typing`` at run time
     from collections.abc import Callable, Mapping, Sized
@@ -113,15 +115,7 @@ def link_checked(by_dir: Mapping[str, list[tuple[str, str, FileSeal]]], *, jobs:
                     stop.set()
                     return
 
-    batches = _batches(sorted(by_dir), by_dir)
-    if jobs <= 1 or len(batches) < 2:
-        for batch in batches:
-            run(batch)
-    else:
-        from concurrent.futures import ThreadPoolExecutor
-
-        with ThreadPoolExecutor(jobs, thread_name_prefix="kvenv-link") as pool:
-            list(pool.map(run, batches))
+    thread_map(run, _batches(sorted(by_dir), by_dir), jobs, "kvenv-link")
     return found[0] if found else None
 
 

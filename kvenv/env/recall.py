@@ -37,6 +37,7 @@ from pathlib import Path
 
 from kvenv._util import atomic
 from kvenv._util.killpoint import kill_point
+from kvenv._util.threads import thread_map
 from kvenv.env.linking import link_checked, with_shebang
 from kvenv.env.plainstate import PlainActivation, manifest_usable
 from kvenv.env.rootfiles import (
@@ -245,13 +246,8 @@ def _seals(
     """Each store entry's seal, checked but for its files (the seal readable, every
     directory's ctime, the names at the top), by ``jobs`` threads as ``unpack_all`` checks
     them; None when any differs: the full path verifies and repairs that entry."""
-    if jobs > 1 and len(entries) > 1:  # stat calls release the GIL
-        from concurrent.futures import ThreadPoolExecutor
-
-        with ThreadPoolExecutor(jobs, thread_name_prefix="kvenv-seal") as pool:
-            found = list(pool.map(lambda sha: sealed_files(store / sha), entries))
-    else:
-        found = [sealed_files(store / sha) for sha in entries]
+    # stat calls release the GIL
+    found = thread_map(lambda sha: sealed_files(store / sha), entries, jobs, "kvenv-seal")
     seals: dict[str, dict[str, tuple[int, int, int]]] = {}
     for sha, sealed in zip(entries, found, strict=True):
         if isinstance(sealed, SealBreak):
@@ -277,20 +273,20 @@ def _link_plan(
     base, made = str(store), str(gen)
     linked: dict[str, set[str]] = {sha: set() for sha in seals}
     for sha, source, dest, paths in groups:
-        sealed, mine = seals[sha], linked[sha]
-        prefix, target = f"{base}/{sha}/{source}", f"{made}/{dest}"
-        for path in paths:
-            expected = sealed.get(source + path)
-            if expected is None:
-                return None
-            mine.add(source + path)
-            full = target + path
-            by_dir.setdefault(full[: full.rindex("/")], []).append((prefix + path, full, expected))
+        relative = list(map(source.__add__, paths))  # per file in C where it can be
+        try:
+            expected = list(map(seals[sha].__getitem__, relative))
+        except KeyError:
+            return None  # a file to link that its entry's seal does not hold
+        linked[sha].update(relative)
+        sources = map(f"{base}/{sha}/{source}".__add__, paths)
+        dests = list(map(f"{made}/{dest}".__add__, paths))
+        for item in zip(sources, dests, expected, strict=True):
+            full = item[1]
+            by_dir.setdefault(full[: full.rindex("/")], []).append(item)
     for sha, files in seals.items():
-        mine = linked[sha]
-        for rel, (size, mode, mtime) in files.items():
-            if rel in mine:
-                continue
+        for rel in files.keys() - linked[sha]:  # the entry's files not linked
+            size, mode, mtime = files[rel]
             try:
                 info = os.lstat(f"{base}/{sha}/{rel}")
             except OSError:
