@@ -163,8 +163,11 @@ def capture_inputs(
     }
 
 
-def _record_path(directory: Path, key: Mapping[str, Any]) -> Path:
-    name = sha256_hex(json.dumps(key, sort_keys=True).encode())[:32]
+def _record_path(directory: Path, key: Mapping[str, Any], code: list[list[Any]]) -> Path:
+    """Where the record of ``key`` made by the kvenv whose code is ``code`` lives: two kvenv
+    installs sharing a cache (before and after an upgrade, or side by side) keep their own
+    records instead of replacing each other's at every run."""
+    name = sha256_hex(json.dumps([key, code], sort_keys=True).encode())[:32]
     return directory / f"{name}.json"
 
 
@@ -181,17 +184,18 @@ def remember_answer(
     full path read the root) and, when given, the live host is ``host``. Best effort."""
     from kvenv._util.atomic import write_json_streamed
 
+    code = code_identity()
     data = {
         "key": dict(key),
         "where": dict(where),
         "state": dict(state),
-        "code": code_identity(),
+        "code": code,
         "host": None if host is None else dict(host),
         "answer": dict(answer),
     }
     try:
         directory.mkdir(parents=True, exist_ok=True)
-        write_json_streamed(_record_path(directory, key), data, durable=False)
+        write_json_streamed(_record_path(directory, key, code), data, durable=False)
         records = sorted(directory.glob("*.json"), key=lambda p: p.stat().st_mtime_ns)
         for old in records[:-_KEEP_RECORDS]:
             old.unlink(missing_ok=True)
@@ -202,8 +206,9 @@ def remember_answer(
 def recall_answer(directory: Path, key: Mapping[str, Any]) -> dict[str, Any] | None:
     """The answer recorded for ``key`` when the root, the code and (when recorded) the host
     are as they were; else None."""
+    code = code_identity()
     try:
-        data = json.loads(_record_path(directory, key).read_bytes())
+        data = json.loads(_record_path(directory, key, code).read_bytes())
         if data["key"] != json.loads(json.dumps(dict(key))):
             return None
         where = data["where"]
@@ -216,7 +221,7 @@ def recall_answer(directory: Path, key: Mapping[str, Any]) -> dict[str, Any] | N
                 where["root"], where["generations"], where["pointer"], where["manifest_name"],
                 list(where["files"]), where.get("checks"), bool(where.get("absent_ok")),
             )  # fmt: skip
-        if state is None or state != data["state"] or data["code"] != code_identity():
+        if state is None or state != data["state"] or data["code"] != code:
             return None
         if data["host"] is not None:
             from kvenv.probe.hostmemo import host_unchanged

@@ -106,6 +106,41 @@ def test_other_code_is_a_miss(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -
     assert quickstate.recall_answer(memo, {"k": 1}) is None
 
 
+def test_a_record_that_names_other_code_is_a_miss(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A record is filed under its code's identity, and the code it names is checked too: one
+    moved to where this code's record would be is still another code's answer."""
+    where = _root(tmp_path)
+    memo = _record(tmp_path, where)
+    (record,) = memo.glob("*.json")
+    real = quickstate.code_identity()
+    other = [*real, ["other.py", 1, 2, 3]]
+    monkeypatch.setattr(quickstate, "code_identity", lambda: other)
+    record.rename(quickstate._record_path(memo, {"k": 1}, other))
+    assert quickstate.recall_answer(memo, {"k": 1}) is None
+
+
+def test_two_kvenvs_sharing_a_cache_keep_their_own_records(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Two kvenv installs (two code identities) answering the same key from one cache, in
+    turn: neither replaces the other's record."""
+    where = _root(tmp_path)
+    state = quickstate.capture(**where)
+    assert state is not None
+    memo = tmp_path / "memo"
+    real = quickstate.code_identity()
+    codes = {"before": [*real, ["before.py", 1, 2, 3]], "after": real}
+    for label, code in codes.items():
+        monkeypatch.setattr(quickstate, "code_identity", lambda code=code: code)
+        quickstate.remember_answer(memo, {"k": 1}, where, state, {"by": label})
+    for label, code in codes.items():
+        monkeypatch.setattr(quickstate, "code_identity", lambda code=code: code)
+        assert quickstate.recall_answer(memo, {"k": 1}) == {"by": label}
+    assert len(list(memo.glob("*.json"))) == 2
+
+
 def test_a_recorded_host_that_changed_is_a_miss(tmp_path: Path) -> None:
     where = _root(tmp_path)
     state = quickstate.capture(**where)
