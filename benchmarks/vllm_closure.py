@@ -3,7 +3,12 @@ and installing the locked overlay with ``kvenv apply`` against ``uv pip install 
 --no-deps`` and ``pip install --target --no-deps`` (same wheel files, same run).
 
     python benchmarks/vllm_closure.py --project DIR --host-venv DIR [--profile NAME]
-        [--rounds N] [--pip-rounds N] [--only lock|apply] [--output PATH]
+        [--rounds N] [--pip-rounds N] [--only lock|apply|apply-cold|apply-warm]
+        [--kvenv LABEL=PATH ...] [--tmp DIR] [--output PATH]
+
+``--kvenv`` times several kvenv installs side by side (e.g. the commit before a change and
+after it; default: the host venv's own); ``--tmp`` puts the work (and every tool's TMPDIR)
+there, e.g. on tmpfs, where the kernel's share is small and each tool's own work decides.
 
 It runs on what the end-to-end test leaves when ``KVENV_E2E_WORKDIR`` keeps it (see
 docs/testing.md): ``--project`` holds ``profiles/<NAME>.toml``, its host snapshot and lock;
@@ -235,7 +240,7 @@ def bench_apply(args: argparse.Namespace, work: Path) -> dict[str, Any]:
     files = [str(f) for f in _overlay_files(args, work / "wheels")]
     env = _env(TMPDIR=str(work))  # scratch files beside the targets (pip --target, uv)
     uv_warm = work / "uv-install-warm"
-    cold_only = args.only == "apply-cold"
+    cold_only, warm_only = args.only == "apply-cold", args.only == "apply-warm"
 
     def target(name: str, i: int) -> Path:
         return work / f"{name}-{i}"
@@ -284,14 +289,16 @@ def bench_apply(args: argparse.Namespace, work: Path) -> dict[str, Any]:
     for label, kvenv in kvenvs.items():
         if not cold_only:
             cases[_named(label, "warm cache")] = functools.partial(kvenv_warm, kvenv)
-        cases[_named(label, "artifacts cached, store cold")] = functools.partial(
-            kvenv_cold_store, kvenv
-        )
+        if not warm_only:
+            cases[_named(label, "artifacts cached, store cold")] = functools.partial(
+                kvenv_cold_store, kvenv
+            )
     if not cold_only:
         cases["uv pip install --target --no-deps (warm cache)"] = lambda i: uv_install(
             uv_warm, i, "uvw"
         )
-    cases["uv pip install --target --no-deps (cold cache)"] = uv_cold
+    if not warm_only:
+        cases["uv pip install --target --no-deps (cold cache)"] = uv_cold
     samples: dict[str, list[float]] = {name: [] for name in cases}
     samples["pip install --target --no-deps"] = []
     children: dict[str, list[Any]] = {name: [] for name in samples}
@@ -354,7 +361,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--pip-python", type=Path, default=Path(shutil.which("python3") or ""))
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--pip-rounds", type=int, default=2)
-    parser.add_argument("--only", choices=("lock", "apply", "apply-cold"))
+    parser.add_argument("--only", choices=("lock", "apply", "apply-cold", "apply-warm"))
     parser.add_argument(
         "--kvenv", action="append", metavar="LABEL=PATH",
         help="a kvenv to time (repeat for several, e.g. before=... after=...); default: the "
@@ -381,8 +388,8 @@ def main(argv: list[str] | None = None) -> int:
             (work / "lock").mkdir()
             data["lock"] = bench_lock(args, work / "lock")
             print(json.dumps(data["lock"], indent=2))
-        if args.only in (None, "apply", "apply-cold"):
-            key = "apply-cold" if args.only == "apply-cold" else "apply"
+        if args.only in (None, "apply", "apply-cold", "apply-warm"):
+            key = args.only or "apply"
             (work / "apply").mkdir()
             data[key] = bench_apply(args, work / "apply")
             print(json.dumps(data[key], indent=2))
