@@ -45,14 +45,17 @@ _CODE_DIRS = ("model", "lock", "_util", "cli")
 
 
 def _key(kind: str, chain: Sequence[Path], extra: Sequence[str]) -> str | None:
-    """The record key: kvenv's version, the working directory (relative paths), the profile's
-    files with their sha256, and ``extra``; None when a file of the chain cannot be read."""
+    """The record key: kvenv's version and code (two kvenv installs sharing a cache keep
+    their own records instead of replacing each other's), the working directory (relative
+    paths), the profile's files with their sha256, and ``extra``; None when a file of the chain
+    cannot be read."""
     from kvenv import __version__
 
     files = [[str(p), small_sha256(p)] for p in chain]
     if any(sha is None for _, sha in files):
         return None
-    parts = [kind, __version__, str(Path.cwd()), files, list(extra)]
+    code = code_identity(*_CODE_DIRS)
+    parts = [kind, __version__, code, str(Path.cwd()), files, list(extra)]
     return sha256_hex(json.dumps(parts).encode())[:32]
 
 

@@ -126,12 +126,14 @@ def facts_dir(cache: str | Path | None = None, environ: Mapping[str, str] | None
     return base / FACTS_DIR
 
 
-def _key(ref: str | None, cwd: Path, env: Mapping[str, str]) -> str:
+def _key(ref: str | None, cwd: Path, env: Mapping[str, str], code: list[list[Any]]) -> str:
+    """The record's name: what names the profile, and the model code that reads it (two kvenv
+    installs sharing a cache keep their own records instead of replacing each other's)."""
     from kvenv import __version__
     from kvenv.model.places import ENV_DEFAULT, ENV_PATH
 
     parts = [__version__, ref, str(cwd), env.get(ENV_PATH), None if ref else env.get(ENV_DEFAULT)]
-    return sha256_hex(json.dumps(parts).encode())[:32]
+    return sha256_hex(json.dumps([*parts, code]).encode())[:32]
 
 
 def _lookup_dirs(chain: list[Path], cwd: Path, env: Mapping[str, str]) -> list[str]:
@@ -173,7 +175,7 @@ def remember_facts(
         directory = facts_dir(cache, env)
         data = _record(loaded, here, env)
         directory.mkdir(parents=True, exist_ok=True)
-        target = directory / f"{_key(ref, here, env)}.json"
+        target = directory / f"{_key(ref, here, env, data['code'])}.json"
         from kvenv._util.atomic import write_bytes
 
         write_bytes(target, json.dumps(data, sort_keys=True).encode(), durable=False)
@@ -231,13 +233,14 @@ def cached_facts(
     here = cwd or Path.cwd()
     from kvenv.errors import KvenvError
 
+    code = code_identity("model")
     try:
-        record = facts_dir(cache, env) / f"{_key(ref, here, env)}.json"
+        record = facts_dir(cache, env) / f"{_key(ref, here, env, code)}.json"
         data = json.loads(record.read_bytes())
     except (OSError, ValueError, KvenvError):  # KvenvError: a blank cache path
         return None
     try:
-        if data["code"] != code_identity("model"):
+        if data["code"] != code:
             return None
         for path, sha in data["files"]:
             if small_sha256(path) != sha:

@@ -377,3 +377,26 @@ def test_a_check_record_of_another_checkout_is_not_used(
     assert _run(CHECKS[0], capsys)[0] == 0
     _edit_lock(copy)
     assert _run(CHECKS[0], capsys)[0] != 0
+
+
+def test_two_kvenvs_sharing_a_cache_keep_their_own_records(
+    project: Path, cache: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A passed check recorded by two kvenv installs (two code identities) sharing a cache, in
+    turn: each finds its own record; a third code finds none."""
+    import kvenv.lock.quick as quick
+
+    lock = project / "locks" / "pylock.testbox.toml"
+    chain = (project / "profiles" / "testbox.toml", project / "profiles" / "base.toml")
+    digest = kvenv.model.loading.load_profile("testbox").digest
+    real = quick.code_identity()
+    codes = [[*real, ["before.py", 1, 2, 3]], real]
+    for code in codes:
+        monkeypatch.setattr(quick, "code_identity", lambda *_, code=code: code)
+        assert main(["lock", "testbox", "--check"]) == 0
+    assert len(list((cache / CHECKS_DIR).glob("*.json"))) == 2
+    for code in codes:
+        monkeypatch.setattr(quick, "code_identity", lambda *_, code=code: code)
+        assert recall_passed(cache, chain, lock, cache, digest=digest) is not None
+    monkeypatch.setattr(quick, "code_identity", lambda *_: [*real, ["third.py", 1, 2, 3]])
+    assert recall_passed(cache, chain, lock, cache, digest=digest) is None

@@ -137,3 +137,23 @@ def test_a_blank_cache_variable_is_a_miss_not_an_error(
     monkeypatch.setenv("KVENV_CACHE_DIR", " ")
     remember_facts(load_profile("child"), "child")
     assert cached_facts("child") is None
+
+
+def test_two_kvenvs_sharing_a_cache_keep_their_own_records(
+    project: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Two kvenv installs (two model code identities) recording the same profile in one cache,
+    in turn: neither replaces the other's record, and each reads only its own."""
+    from kvenv.model import facts as module
+
+    real = module.code_identity("model")
+    codes = {"before": [*real, ["before.py", 1, 2, 3]], "after": real}
+    for code in codes.values():
+        monkeypatch.setattr(module, "code_identity", lambda *_, code=code: code)
+        _remember("child")
+    assert len(list(facts_dir().glob("*.json"))) == 2
+    for code in codes.values():
+        monkeypatch.setattr(module, "code_identity", lambda *_, code=code: code)
+        assert cached_facts("child") is not None
+    monkeypatch.setattr(module, "code_identity", lambda *_: [*real, ["third.py", 1, 2, 3]])
+    assert cached_facts("child") is None
