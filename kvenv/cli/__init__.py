@@ -281,8 +281,8 @@ def _run(argv: Sequence[str] | None) -> int:
     from kvenv.cli.hints import completer, fix_command
 
     def parser_for(command: str) -> argparse.ArgumentParser:
-        """The parser that parsed this command line when it knows ``command`` (a hint names
-        the same or an earlier command: not built twice), else one that does."""
+        """The parser that parsed this command line when it knows ``command`` (a hint
+        naming a command of the same group: not built twice), else one that does."""
         return parser if command in _commands(parser) else build_parser(command)
 
     args.fix_command = completer(parser_for)  # hints print runnable commands

@@ -60,3 +60,30 @@ def test_the_first_failure_is_raised_and_no_new_item_is_taken_after_it(jobs: int
 def test_no_items_and_one_item() -> None:
     assert thread_map(str, [], 4, "t") == []
     assert thread_map(str, [7], 4, "t") == ["7"]
+
+
+def test_an_interrupt_while_waiting_lets_the_threads_finish_their_items_first() -> None:
+    """Ctrl-C in the calling thread: raised once every thread has finished the item it held,
+    and no new item is taken (the caller's clean-up never races a thread still working)."""
+    import signal
+
+    started: list[int] = []
+    finished: list[int] = []
+    lock = threading.Lock()
+
+    def slow(n: int) -> int:
+        with lock:
+            started.append(n)
+        if n == 2:
+            # Ctrl-C, delivered to the calling thread while it waits in join()
+            signal.pthread_kill(threading.main_thread().ident or 0, signal.SIGINT)
+        time.sleep(0.05)
+        with lock:
+            finished.append(n)
+        return n
+
+    with pytest.raises(KeyboardInterrupt):
+        thread_map(slow, list(range(50)), 2, "t")
+    assert sorted(started) == sorted(finished)  # nothing still running when it was raised
+    assert max(started) <= 4
+    assert not [t for t in threading.enumerate() if t.name.startswith("t-")]
