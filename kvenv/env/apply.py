@@ -57,6 +57,7 @@ from kvenv.env.root import (
     read_owner,
     read_pointer,
     remove_generations,
+    remove_stray_temps,
     switch,
     take_ownership,
 )
@@ -341,6 +342,7 @@ def apply(plan: Plan, options: ApplyOptions | None = None) -> ApplyResult:
         if pointer and pointer.previous:
             keep.add(pointer.previous)
         cleaned = remove_generations(locations, keep, incomplete_only=True)
+        remove_stray_temps(root)  # what a killed run's atomic writes left beside the root files
         # The plan stays right while the generation it was made over is still current
         # (generations are immutable, their ids unique); another apply switched the root in
         # between: plan again against what is there now.

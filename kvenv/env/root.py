@@ -47,6 +47,13 @@ if TYPE_CHECKING:
 
 OWNER_SUFFIX = ".owner"
 OWN_NAMES = frozenset({ROOT_MARKER, LOCK_NAME, LOCK_NAME + OWNER_SUFFIX})
+# The root's own files kvenv replaces atomically (kvenv._util.atomic writes a temporary
+# ``.<name>.<8 random characters>.tmp`` beside the file and renames it over it): a SIGKILL
+# between the two leaves that temporary file behind. The activation scripts are
+# ``activate.<suffix>`` for each of kvenv.env.shellrender.SHIMS (a test keeps them equal).
+ATOMIC_NAMES = frozenset(
+    {ROOT_MARKER, POINTER_NAME, "activate.sh", "activate.fish", "activate.ps1"}
+)
 
 
 # -- ownership ---------------------------------------------------------------------------------
@@ -75,6 +82,34 @@ def owner_of(loaded: LoadedProfile) -> RootOwner:
     if loaded.origin == "builtin":
         return RootOwner(loaded.profile.name)
     return RootOwner(loaded.profile.name, str(loaded.path.resolve()))
+
+
+def stray_temp(name: str) -> bool:
+    """Whether ``name`` is a temporary file kvenv's atomic writer leaves beside one of the
+    root's own files (:data:`ATOMIC_NAMES`) when it is killed before the rename."""
+    if not (name.startswith(".") and name.endswith(".tmp")):
+        return False
+    base, _, random = name[1:-4].rpartition(".")
+    return len(random) == 8 and base in ATOMIC_NAMES
+
+
+def remove_stray_temps(root: Path) -> list[str]:
+    """Remove the temporary files a killed kvenv left in ``root`` (:func:`stray_temp`); their
+    names. Call it holding the root lock: every writer of those files holds it then (a claim
+    of an unowned root writes the marker without it: :func:`claim_root` tolerates losing that
+    temporary file to an apply that owns the root by then)."""
+    removed = []
+    try:
+        names = [name for name in os.listdir(root) if stray_temp(name)]
+    except OSError:
+        return []
+    for name in names:
+        try:
+            os.unlink(root / name)
+        except FileNotFoundError:
+            continue
+        removed.append(name)
+    return removed
 
 
 def is_owned(root: Path) -> bool:
@@ -135,8 +170,9 @@ def claim_root(root: Path) -> None:
         )
     if is_owned(root):
         return
-    if root.exists():
-        foreign = sorted(p.name for p in root.iterdir() if p.name not in OWN_NAMES)
+    if root.exists():  # a first claim killed mid-write leaves a stray temporary file: ours
+        names = (p.name for p in root.iterdir())
+        foreign = sorted(n for n in names if n not in OWN_NAMES and not stray_temp(n))
         if foreign:
             shown = ", ".join(foreign[:5]) + (" ..." if len(foreign) > 5 else "")
             raise ConflictError(
@@ -146,7 +182,11 @@ def claim_root(root: Path) -> None:
                 "does not own",
             )
     root.mkdir(parents=True, exist_ok=True)
-    _write_marker(root, None)
+    try:
+        _write_marker(root, None)
+    except FileNotFoundError:
+        if not is_owned(root):
+            raise  # not an apply that owns the root by now removing our temporary file
 
 
 def take_ownership(root: Path, owner: RootOwner) -> None:
