@@ -230,8 +230,12 @@ def _kvenvs(args: argparse.Namespace) -> dict[str, str]:
     return out
 
 
+def _who(label: str) -> str:
+    return f"kvenv{f'[{label}]' if label else ''}"
+
+
 def _named(label: str, what: str) -> str:
-    return f"kvenv{f'[{label}]' if label else ''} apply ({what})"
+    return f"{_who(label)} apply ({what})"
 
 
 def bench_apply(args: argparse.Namespace, work: Path) -> dict[str, Any]:
@@ -330,7 +334,7 @@ def bench_apply(args: argparse.Namespace, work: Path) -> dict[str, Any]:
     pip = "pip install --target --no-deps"
     ratios: dict[str, float | None] = {}
     for label in kvenvs:
-        who = f"kvenv{f'[{label}]' if label else ''}"
+        who = _who(label)
         warm, cold = _named(label, "warm cache"), _named(label, "artifacts cached, store cold")
         ratios.update({
             f"{who} warm / uv warm": _ratio(results, warm, uv_w),

@@ -24,7 +24,7 @@ def thread_map(fn: Callable[[T], R], items: Sequence[T], jobs: int, name: str) -
     caller's clean-up never races them."""
     if jobs <= 1 or len(items) <= 1:
         return [fn(item) for item in items]
-    results: list[R | None] = [None] * len(items)
+    results: dict[int, R] = {}
     failures: list[BaseException] = []
     lock = threading.Lock()
     upcoming = iter(range(len(items)))
@@ -69,4 +69,4 @@ def thread_map(fn: Callable[[T], R], items: Sequence[T], jobs: int, name: str) -
             thread.join()  # each has set its event: only its last steps are left
     if failures:
         raise failures[0]
-    return results  # type: ignore[return-value]  # every index was filled
+    return [results[index] for index in range(len(items))]

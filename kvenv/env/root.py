@@ -38,6 +38,7 @@ from kvenv.env.rootfiles import POINTER_NAME as POINTER_NAME
 from kvenv.env.rootfiles import PathLock, file_sha256, write_marker, write_pointer
 from kvenv.env.rootfiles import new_generation_id as new_generation_id
 from kvenv.env.rootfiles import now as now
+from kvenv.env.shellrender import SHIMS
 from kvenv.errors import ConflictError, InputError, IntegrityError, KvenvError, Problem
 from kvenv.model import convert
 from kvenv.model.locations import LOCK_NAME, ROOT_MARKER, Locations
@@ -49,11 +50,8 @@ OWNER_SUFFIX = ".owner"
 OWN_NAMES = frozenset({ROOT_MARKER, LOCK_NAME, LOCK_NAME + OWNER_SUFFIX})
 # The root's own files kvenv replaces atomically (kvenv._util.atomic writes a temporary
 # ``.<name>.<8 random characters>.tmp`` beside the file and renames it over it): a SIGKILL
-# between the two leaves that temporary file behind. The activation scripts are
-# ``activate.<suffix>`` for each of kvenv.env.shellrender.SHIMS (a test keeps them equal).
-ATOMIC_NAMES = frozenset(
-    {ROOT_MARKER, POINTER_NAME, "activate.sh", "activate.fish", "activate.ps1"}
-)
+# between the two leaves that temporary file behind.
+ATOMIC_NAMES = frozenset({ROOT_MARKER, POINTER_NAME, *(f"activate.{suffix}" for suffix in SHIMS)})
 
 
 # -- ownership ---------------------------------------------------------------------------------

@@ -44,17 +44,20 @@ _KEEP = 64  # records kept per kind; the oldest go when more are written
 _CODE_DIRS = ("model", "lock", "_util", "cli")
 
 
-def _key(kind: str, chain: Sequence[Path], extra: Sequence[str]) -> str | None:
+def _key(
+    kind: str, chain: Sequence[Path], extra: Sequence[str], code: list[list[Any]] | None = None
+) -> str | None:
     """The record key: kvenv's version and code (two kvenv installs sharing a cache keep
     their own records instead of replacing each other's), the working directory (relative
     paths), the profile's files with their sha256, and ``extra``; None when a file of the chain
-    cannot be read."""
+    cannot be read. ``code``: the code's identity when the caller has it already."""
     from kvenv import __version__
 
     files = [[str(p), small_sha256(p)] for p in chain]
     if any(sha is None for _, sha in files):
         return None
-    code = code_identity(*_CODE_DIRS)
+    if code is None:
+        code = code_identity(*_CODE_DIRS)
     parts = [kind, __version__, code, str(Path.cwd()), files, list(extra)]
     return sha256_hex(json.dumps(parts).encode())[:32]
 
@@ -117,7 +120,7 @@ def remember_passed(
     before the check); ``result`` is what it reports. Best effort. ``base``: the cache
     directory."""
     data = {**observed, "digest": digest, "result": dict(result)}
-    key = _key("check", chain, [str(lock), str(at_hand_root)])
+    key = _key("check", chain, [str(lock), str(at_hand_root)], observed["code"])
     _write(base / CHECKS_DIR, key, data)
 
 
@@ -126,7 +129,8 @@ def recall_passed(
 ) -> dict[str, Any] | None:
     """What :func:`remember_passed` recorded for this check, while every input is unchanged
     and the profile (whose digest the facts record gives) is the one checked; else None."""
-    data = _read(base / CHECKS_DIR, _key("check", chain, [str(lock), str(at_hand_root)]))
+    code = code_identity(*_CODE_DIRS)
+    data = _read(base / CHECKS_DIR, _key("check", chain, [str(lock), str(at_hand_root)], code))
     if data is None:
         return None
     try:
@@ -142,7 +146,7 @@ def recall_passed(
         for path, identity in data["read"]:
             if stat_identity(Path(path)) != identity:
                 return None
-        if data["code"] != code_identity(*_CODE_DIRS):
+        if data["code"] != code:
             return None
         result = data["result"]
     except (KeyError, TypeError, IndexError, ValueError):
