@@ -41,7 +41,11 @@ def _args(applied: tuple[Project, Path]) -> list[str]:
 
 def _base_env() -> dict[str, str]:
     keep = ("PATH", "HOME", "LANG", "SYSTEMROOT")
-    return {k: os.environ[k] for k in keep if k in os.environ}
+    env = {k: os.environ[k] for k in keep if k in os.environ}
+    # a locale named, so that kvenv's interpreter does not coerce the C locale (PEP 538) and
+    # add LC_CTYPE to what it runs (a shell started with `env -i` names none)
+    env.setdefault("LANG", "C.UTF-8")
+    return env
 
 
 def _records(blob: bytes) -> dict[str, str]:
