@@ -15,6 +15,7 @@ from typing import Any
 
 import attrs
 
+from kvenv._util import jsonio
 from kvenv.errors import InputError
 from kvenv.model.fields import NonEmpty
 from kvenv.model.snapshot import PythonInfo
@@ -116,7 +117,8 @@ def remembered_sys_path(python: str, memo: Path | None) -> list[str] | None:
     if memo is None:
         return None
     try:
-        data = json.loads(_memo_file(python, memo).read_text(encoding="utf-8"))
+        memo_file = _memo_file(python, memo)
+        data = jsonio.loads_json(memo_file.read_text(encoding="utf-8"), file=str(memo_file))
         found = _strings(data["facts"].get("sys_path"))
     except (OSError, ValueError, KeyError, TypeError, AttributeError):
         return None
@@ -125,7 +127,8 @@ def remembered_sys_path(python: str, memo: Path | None) -> list[str] | None:
 
 def _recall(python: str, memo: Path) -> Interpreter | None:
     try:
-        data = json.loads(_memo_file(python, memo).read_text(encoding="utf-8"))
+        memo_file = _memo_file(python, memo)
+        data = jsonio.loads_json(memo_file.read_text(encoding="utf-8"), file=str(memo_file))
         facts, identity = data["facts"], data["identity"]
         sys_path = _strings(facts.get("sys_path"))
     except (OSError, ValueError, KeyError, TypeError, AttributeError):
