@@ -8,7 +8,6 @@ here with ``packaging.tags`` from those facts (the other interpreter need not ha
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -177,8 +176,10 @@ def _run_probe(python: str, effects: Effects) -> Interpreter:
         )
     lines = result.stdout.strip().splitlines()
     try:
-        data = json.loads(lines[-1]) if result.returncode == 0 and lines else None
-    except json.JSONDecodeError:
+        data = (
+            jsonio.loads_json(lines[-1], file=python) if result.returncode == 0 and lines else None
+        )
+    except ValueError:  # malformed, or nested too deeply
         data = None
     if not isinstance(data, dict):
         last = (result.text.splitlines() or ["no output"])[-1]
