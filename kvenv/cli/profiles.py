@@ -59,7 +59,7 @@ def _display(path: Path) -> str:
 
 def cmd_profiles(args: argparse.Namespace) -> int:
     from kvenv.errors import KvenvError
-    from kvenv.model.loading import iter_profiles, load_profile
+    from kvenv.model.loading import iter_misnamed, iter_profiles, load_profile
 
     rows: list[dict[str, Any]] = []
     for name, origin, path in iter_profiles():
@@ -73,6 +73,17 @@ def cmd_profiles(args: argparse.Namespace) -> int:
             row["valid"] = False
             row["problem"] = reason
         rows.append(row)
+    for name, origin, path, why in iter_misnamed():
+        rows.append(
+            {
+                "name": name,
+                "origin": origin,
+                "path": _display(path),
+                "description": f"(invalid: {why}; rename the file)",
+                "valid": False,
+                "problem": why,
+            }
+        )
     if args.json:
         emit_json({"profiles": rows})
         return EXIT_OK

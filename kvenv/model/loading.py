@@ -166,6 +166,24 @@ def iter_profiles(*, cwd: Path | None = None) -> Iterator[tuple[str, str, Path]]
                 yield path.stem, origin, path
 
 
+def iter_misnamed(*, cwd: Path | None = None) -> Iterator[tuple[str, str, Path, str]]:
+    """Every ``*.toml`` file in a profile directory (not the built-ins) whose name cannot name
+    a profile, as (stem, origin, path, why): ``profiles/Demo.toml`` or one with a look-alike
+    letter is never found by its name, and ``kvenv profiles`` says so."""
+    for origin, directory in _search_dirs(cwd or Path.cwd()):
+        if origin == "builtin" or not directory.is_dir():
+            continue
+        for path in sorted(directory.glob("*.toml")):
+            if not _is_name(path.stem):
+                foreign = foreign_character(path.stem)
+                why = f"{path.stem!r} is not a profile name" + (
+                    f" ({foreign}: a look-alike?)"
+                    if foreign
+                    else " (lowercase letters, digits, '.', '_' and '-')"
+                )
+                yield path.stem, origin, path, why
+
+
 def _read_raw(path: Path) -> tuple[dict[str, Any], str]:
     from kvenv.model.fields import MAX_PROFILE_BYTES
 

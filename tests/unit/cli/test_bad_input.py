@@ -159,6 +159,22 @@ def test_a_broken_profile_is_listed_as_invalid_and_the_others_still_listed(
     assert reason in listed[name]["problem"]
 
 
+@pytest.mark.parametrize(
+    ("stem", "says"),
+    [("Demo", "is not a profile name"), ("d\u0435mo", "U+0435 CYRILLIC SMALL LETTER IE")],
+    ids=["uppercase", "lookalike"],
+)
+def test_a_file_that_cannot_name_a_profile_is_listed_as_invalid(
+    project: Path, stem: str, says: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Never found by its name, so never loaded: listed, not silently skipped."""
+    (project / "profiles" / f"{stem}.toml").write_text('schema = 1\nname = "x"\n')
+    code, document = run_json(["profiles"], capsys)
+    listed = {row["name"]: row for row in document["profiles"]}
+    assert code == 0 and listed["demo"]["valid"]
+    assert not listed[stem]["valid"] and says in listed[stem]["problem"]
+
+
 # -- 3. messages of their own ----------------------------------------------------------------
 
 
