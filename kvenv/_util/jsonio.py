@@ -35,7 +35,7 @@ def read_json(path: Path, *, what: str, missing_hint: str, invalid_hint: str | N
     """The parsed JSON at ``path``; a missing, unreadable, malformed or too deeply nested file
     is an InputError that names ``what`` it should have been."""
     try:
-        text = path.read_text(encoding="utf-8")
+        text = path.read_text(encoding="utf-8-sig")  # a leading BOM skipped, as in tomlio
     except FileNotFoundError:
         raise InputError(f"{what} not found: {path}", hint=missing_hint) from None
     except (OSError, UnicodeDecodeError) as exc:

@@ -245,6 +245,15 @@ def test_a_leading_utf8_bom_is_accepted(
     assert code == 0, err
 
 
+def test_a_leading_utf8_bom_is_accepted_in_a_host_snapshot(tmp_path: Path) -> None:
+    from kvenv.model.snapshot import read_snapshot
+
+    source = data_dir("profiles") / "kaggle-t4x2-cu128.host.json"
+    path = tmp_path / "host.json"
+    path.write_bytes(b"\xef\xbb\xbf" + source.read_bytes())
+    assert read_snapshot(path) == read_snapshot(source)
+
+
 def test_a_lookalike_profile_name_on_the_command_line_names_the_code_point(
     project: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
