@@ -124,6 +124,11 @@ def closest(given: str, choices: Sequence[str]) -> str | None:
     return found[0] if found else None
 
 
+def counted(number: int, word: str, plural: str | None = None) -> str:
+    """``number`` and ``word``, pluralised: ``1 package``, ``2 packages``, ``0 packages``."""
+    return f"{number} {word if number == 1 else (plural or word + 's')}"
+
+
 def progress_amount(done: float, total: float | None = None) -> str:
     """``done`` bytes (of ``total``) in the unit that suits the larger: ``512/2048 B``,
     ``0.3/1.2 MB``, ``12.0 kB``; never ``0.0/0.0 MB`` for small files."""
