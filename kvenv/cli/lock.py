@@ -337,8 +337,8 @@ def _report(args: argparse.Namespace, data: dict[str, Any], packages: int) -> in
     overlay = len(data["packages"])
     native = "the native wheel and " if packages > overlay else ""
     out(
-        f"  {counted(packages, 'package')} for {data['target']} ({native}{overlay} in the "
-        f"overlay); {counted(int(data['assumptions']), 'host assumption')}; "
+        f"  {counted(packages, 'package')} for {data['target']}: {native}{overlay} in the "
+        f"overlay; {counted(int(data['assumptions']), 'host assumption')}; "
         f"{counted(len(shadows), 'shadowed host package')}"
     )
     for shadow in shadows:

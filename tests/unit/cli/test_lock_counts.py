@@ -42,7 +42,7 @@ def test_lock_and_check_say_the_same_count(tmp_path: Path, monkeypatch: pytest.M
     summary = locked.out.splitlines()[1].strip()
     assert summary.startswith("2 packages for "), summary
     assert summary.endswith(
-        "(the native wheel and 1 in the overlay); 0 host assumptions; 0 shadowed host packages"
+        ": the native wheel and 1 in the overlay; 0 host assumptions; 0 shadowed host packages"
     ), summary
     again = run_cli(["lock", "demo", *flags])  # unchanged: answered from the lock's memo
     assert again.code == 0 and again.out.splitlines()[1].strip() == summary, again.text
