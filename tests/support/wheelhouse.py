@@ -1,4 +1,5 @@
-"""A wheelhouse of distributions installed in this interpreter, made without the network.
+"""A wheelhouse of distributions installed in this interpreter, made without the network, and
+a copy of this checkout's files: what a test needs to install kvenv somewhere new offline.
 
 Tests that install kvenv somewhere new (pre-commit's own environment for a hook repository)
 need kvenv's dependencies as wheels; :func:`repack_installed` writes each installed
@@ -13,6 +14,8 @@ from __future__ import annotations
 import base64
 import hashlib
 import re
+import shutil
+import subprocess
 import zipfile
 from collections.abc import Iterable
 from importlib import metadata
@@ -21,6 +24,8 @@ from pathlib import Path
 from packaging.markers import default_environment
 from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
+
+from tests.support.paths import REPO
 
 _SKIP_META = {"RECORD", "INSTALLER", "REQUESTED", "direct_url.json"}
 
@@ -87,3 +92,20 @@ def repack(dist: metadata.Distribution, directory: Path) -> Path:
 def repack_installed(requirements: Iterable[str], directory: Path) -> list[Path]:
     """Every installed distribution ``requirements`` need, as wheels in ``directory``."""
     return [repack(dist, directory) for dist in closure(requirements)]
+
+
+def copy_checkout(directory: Path) -> Path:
+    """This checkout's files as ``git ls-files`` lists them (tracked and untracked, ignored
+    ones left out), copied into ``directory``."""
+    listed = subprocess.run(
+        ["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
+        cwd=REPO,
+        capture_output=True,
+        check=True,
+    ).stdout.decode()
+    for name in filter(None, listed.split("\0")):
+        source = REPO / name
+        if source.is_file():
+            (directory / name).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(source, directory / name)
+    return directory

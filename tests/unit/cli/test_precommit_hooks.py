@@ -24,8 +24,7 @@ from pathlib import Path
 import pytest
 
 from kvenv.cli.precommit import affected_profiles, run_hook
-from tests.support.paths import REPO
-from tests.support.wheelhouse import repack_installed
+from tests.support.wheelhouse import copy_checkout, repack_installed
 from tests.support.wheels import build_wheel
 
 PRE_COMMIT = Path(sys.executable).parent / "pre-commit"
@@ -89,18 +88,7 @@ def _lock(project: Path, env: dict[str, str]) -> None:
 
 def _hook_repository(base: Path) -> tuple[Path, str]:
     """This checkout's files, as ``git ls-files`` lists them, committed into a new repository."""
-    listed = subprocess.run(
-        ["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
-        cwd=REPO,
-        capture_output=True,
-        check=True,
-    ).stdout.decode()
-    hooks = base / "hook-repo"
-    for name in filter(None, listed.split("\0")):
-        source = REPO / name
-        if source.is_file():
-            (hooks / name).parent.mkdir(parents=True, exist_ok=True)
-            shutil.copy2(source, hooks / name)
+    hooks = copy_checkout(base / "hook-repo")
     _git(hooks, "init", "-q")
     _git(hooks, "add", "-A")
     _git(hooks, "commit", "-q", "-m", "kvenv as a hook repository")
