@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import os
 import sys
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from types import FrameType, ModuleType
 from typing import TYPE_CHECKING
 
@@ -71,19 +71,46 @@ def module_location(module: ModuleType) -> str | None:
     return None
 
 
-def loaded_version(module: ModuleType, location: str | None, distribution: str) -> str | None:
-    """The version of ``distribution`` installed beside the loaded module (its ``METADATA``
-    in the site dir holding it), else the module's ``__version__``, else None."""
+def loaded_version(
+    module: ModuleType, location: str | None, distribution: str, name: str
+) -> str | None:
+    """The version of ``distribution`` installed beside the loaded module ``name`` (its
+    ``METADATA`` in the site dir holding it), else the module's ``__version__``, else None."""
     if location is not None:
-        top = location
-        if os.path.basename(top).startswith("__init__."):
-            top = os.path.dirname(top)
-        site_dir = os.path.dirname(top)
+        site_dir = location
+        if os.path.basename(site_dir).startswith("__init__."):
+            site_dir = os.path.dirname(site_dir)
+        for _ in range(name.count(".") + 1):  # up from the module to its site dir
+            site_dir = os.path.dirname(site_dir)
         version = _dist_info_version(site_dir, distribution)
         if version is not None:
             return version
     attribute = getattr(module, "__version__", None)
     return attribute if isinstance(attribute, str) and attribute else None
+
+
+def _is_namespace(module: ModuleType) -> bool:
+    return getattr(module, "__file__", None) is None and hasattr(module, "__path__")
+
+
+def _imported(
+    name: str, module: ModuleType, modules: Mapping[str, ModuleType], own: Sequence[str]
+) -> list[tuple[str, ModuleType]]:
+    """The modules to compare for the top-level ``name``: itself, or for a namespace package
+    (which activation extends, as its path is recomputed) its imported children that the
+    generation also has: ``google.protobuf`` of ``google``, not ``google.colab``."""
+    if not _is_namespace(module):
+        return [(name, module)]
+    out: list[tuple[str, ModuleType]] = []
+    prefix = name + "."
+    for key in sorted(k for k in modules if k.startswith(prefix) and "." not in k[len(prefix) :]):
+        child = key[len(prefix) :]
+        for site_dir in own:
+            base = os.path.join(site_dir, name, child)
+            if os.path.isdir(base) or os.path.isfile(base + ".py"):
+                out.append((key, modules[key]))
+                break
+    return out
 
 
 def _dist_info_version(site_dir: str, distribution: str) -> str | None:
@@ -118,26 +145,29 @@ def loaded_clashes(
     clashes: list[LoadedClash] = []
     seen: set[str] = set()
     for dist in manifest.distributions:
-        for name in dist.top_level:
-            module = modules.get(name)
-            if module is None or name in seen:
+        for top in dist.top_level:
+            found = modules.get(top)
+            if found is None:
                 continue
-            seen.add(name)
-            location = module_location(module)
-            if location is not None and _inside_any(location, own):
-                continue
-            version = loaded_version(module, location, dist.name)
-            if version is not None and _same_version(version, dist.version):
-                continue
-            clashes.append(
-                LoadedClash(
-                    module=name,
-                    distribution=dist.name,
-                    overlay_version=dist.version,
-                    loaded_version=version,
-                    loaded_from=location,
+            for name, module in _imported(top, found, modules, own):
+                if name in seen:
+                    continue
+                seen.add(name)
+                location = module_location(module)
+                if location is not None and _inside_any(location, own):
+                    continue
+                version = loaded_version(module, location, dist.name, name)
+                if version is not None and _same_version(version, dist.version):
+                    continue
+                clashes.append(
+                    LoadedClash(
+                        module=name,
+                        distribution=dist.name,
+                        overlay_version=dist.version,
+                        loaded_version=version,
+                        loaded_from=location,
+                    )
                 )
-            )
     return clashes
 
 

@@ -94,3 +94,25 @@ def test_activation_warns_and_strict_refuses_before_changing_anything(
     with pytest.warns(AlreadyImportedWarning, match=r"'helper' is already imported \(1\.5") as w:
         check_live_imports(manifest)
     assert w[0].filename == __file__  # pointed at the caller outside kvenv
+
+
+def test_a_namespace_package_is_compared_by_the_children_the_generation_has(
+    tmp_path: Path,
+) -> None:
+    manifest = _manifest(tmp_path)
+    overlay = Path(manifest.dirs.overlay)
+    (overlay / "helper" / "proto").mkdir(parents=True)  # as if helper were a namespace
+    host = tmp_path / "site"
+    namespace = ModuleType("helper")
+    namespace.__path__ = [str(host / "helper")]  # type: ignore[attr-defined]
+    (host / "helper-1.5.dist-info").mkdir(parents=True)
+    (host / "helper-1.5.dist-info" / "METADATA").write_text("Name: helper\nVersion: 1.5\n")
+    proto = ModuleType("helper.proto")
+    proto.__file__ = str(host / "helper" / "proto" / "__init__.py")
+    other = ModuleType("helper.colab")  # the host's own part of the namespace: not compared
+    other.__file__ = str(host / "helper" / "colab" / "__init__.py")
+    alone = {"helper": namespace, "helper.colab": other}
+    assert loaded_clashes(manifest, alone) == []
+    (clash,) = loaded_clashes(manifest, {**alone, "helper.proto": proto})
+    assert (clash.module, clash.loaded_version) == ("helper.proto", "1.5")
+    assert clash.loaded_from == proto.__file__
