@@ -198,7 +198,7 @@ def check_live_imports(manifest: Manifest, *, strict: bool = False) -> list[Load
         raise ConflictError(
             f"{len(clashes)} module(s) of the overlay are already imported in this process "
             "at another version; activation would mix the two",
-            problems=[Problem(c.message(), fix=FIX) for c in clashes],
+            problems=[Problem(c.message()) for c in clashes],
             hint=FIX,
         )
     import warnings

@@ -88,7 +88,7 @@ def test_activation_warns_and_strict_refuses_before_changing_anything(
     with pytest.raises(ConflictError) as refused:
         activate_in_process(manifest=path, strict=True)
     assert "1 module(s) of the overlay are already imported" in refused.value.message
-    assert [p.fix for p in refused.value.problems] == [refused.value.hint]
+    assert len(refused.value.problems) == 1 and refused.value.problems[0].fix is None
     assert "restart the kernel" in (refused.value.hint or "")
     assert sys.path == before
     with pytest.warns(AlreadyImportedWarning, match=r"'helper' is already imported \(1\.5") as w:
