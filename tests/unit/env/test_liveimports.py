@@ -116,3 +116,22 @@ def test_a_namespace_package_is_compared_by_the_children_the_generation_has(
     (clash,) = loaded_clashes(manifest, {**alone, "helper.proto": proto})
     assert (clash.module, clash.loaded_version) == ("helper.proto", "1.5")
     assert clash.loaded_from == proto.__file__
+
+
+def test_the_runtime_activating_on_demand_warns_too(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import os
+
+    from kvenv.runtime.llm import activate_runtime
+
+    project = standard_project(tmp_path / "proj")
+    host = host_snapshot(fake_host_site(tmp_path / "host"))
+    apply(project.loaded(), project.lock(), host, locations(tmp_path))
+    monkeypatch.setenv("KVENV_ROOT", str(tmp_path / "root"))
+    monkeypatch.setenv("KVENV_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.setattr(os, "environ", dict(os.environ))  # activation sets variables
+    monkeypatch.setattr(sys, "path", list(sys.path))
+    monkeypatch.setitem(sys.modules, "helper", _module("helper", tmp_path / "site", "1.5"))
+    with pytest.warns(AlreadyImportedWarning, match=r"the overlay provides helper 2\.0"):
+        assert activate_runtime(str(project.profile_path)) is True
