@@ -41,6 +41,7 @@ from kvenv.env.manifest import (
     write_manifest,
 )
 from kvenv.env.root import (
+    POINTER_NAME,
     RootLock,
     claim_root,
     current_state,
@@ -61,6 +62,7 @@ from kvenv.env.root import (
     switch,
     take_ownership,
 )
+from kvenv.env.rootfiles import unclaim_root
 from kvenv.errors import ConflictError, InputError, IntegrityError, Problem
 from kvenv.lock.input import LockInput, file_digest, has_lock
 from kvenv.model.fields import Sha256
@@ -332,39 +334,68 @@ def apply(plan: Plan, options: ApplyOptions | None = None) -> ApplyResult:
     # Refuse before anything is written: a refused apply creates no root.
     _refuse_incompatible(plan)
     _refuse_misordered(plan)
+    _refuse_misplaced(plan, locations)
     if options.dry_run:
         return ApplyResult("dry-run", plan, str(root), plan.current_generation, None)
+    made = not os.path.lexists(root)
     claim_root(root)
     with RootLock(locations, wait=options.wait, on_wait=options.on_wait):
-        take_ownership(root, owner_of(plan.inputs.loaded))
-        pointer = _pointer(root, repair=options.repair)
-        keep = {pointer.generation} if pointer else set()
-        if pointer and pointer.previous:
-            keep.add(pointer.previous)
-        cleaned = remove_generations(locations, keep, incomplete_only=True)
-        remove_stray_temps(root)  # what a killed run's atomic writes left beside the root files
-        # The plan stays right while the generation it was made over is still current
-        # (generations are immutable, their ids unique); another apply switched the root in
-        # between: plan again against what is there now.
-        if (pointer.generation if pointer else None) != plan.current_generation:
-            plan = _replan(plan, repair=options.repair)
-            _refuse_incompatible(plan)
-        if plan.up_to_date and pointer is not None and not options.repair:
-            _, manifest = current_state(locations)
-            if manifest is not None and dirs_present(manifest):
-                write_shims(locations, manifest)
-                kept = retained(keep, complete_generations(locations), options.keep)
-                removed = remove_generations(locations, kept, incomplete_only=False)
-                return ApplyResult(
-                    "up-to-date",
-                    plan,
-                    str(root),
-                    manifest.generation,
-                    str(manifest_path(root, manifest.generation)),
-                    removed=cleaned + removed,
-                )
-        result = _Run(plan, locations, pointer, options).execute()
-        return attrs.evolve(result, removed=cleaned + result.removed)
+        try:
+            return _apply_locked(plan, options, locations)
+        except BaseException:
+            if made or not (root / POINTER_NAME).exists():
+                unclaim_root(root, remove_dir=made)  # a first apply that failed claims nothing
+            raise
+
+
+def _refuse_misplaced(plan: Plan, locations: Locations) -> None:
+    """Refuse a root or cache that is a file, or lies where kvenv must not write
+    (:mod:`kvenv.env.placecheck`), before anything is written."""
+    from kvenv.env.placecheck import check_places, host_places, refuse_file_places
+
+    refuse_file_places(locations)
+    python = plan.inputs.host.python
+    sites = [*python.sys_path, *(d.location for d in plan.inputs.host.distributions if d.location)]
+    check_places(locations, host_places(python.executable, sites))
+
+
+def _apply_locked(plan: Plan, options: ApplyOptions, locations: Locations) -> ApplyResult:
+    """The apply, holding the root lock of the claimed root."""
+    root = locations.root
+    if not is_owned(root):  # a failed first apply gave it up while this one waited
+        raise ConflictError(
+            f"the runtime root {root} was given up by another apply while this one waited",
+            hint="run `{kvenv apply}` again",
+        )
+    take_ownership(root, owner_of(plan.inputs.loaded))
+    pointer = _pointer(root, repair=options.repair)
+    keep = {pointer.generation} if pointer else set()
+    if pointer and pointer.previous:
+        keep.add(pointer.previous)
+    cleaned = remove_generations(locations, keep, incomplete_only=True)
+    remove_stray_temps(root)  # what a killed run's atomic writes left beside the root files
+    # The plan stays right while the generation it was made over is still current
+    # (generations are immutable, their ids unique); another apply switched the root in
+    # between: plan again against what is there now.
+    if (pointer.generation if pointer else None) != plan.current_generation:
+        plan = _replan(plan, repair=options.repair)
+        _refuse_incompatible(plan)
+    if plan.up_to_date and pointer is not None and not options.repair:
+        _, manifest = current_state(locations)
+        if manifest is not None and dirs_present(manifest):
+            write_shims(locations, manifest)
+            kept = retained(keep, complete_generations(locations), options.keep)
+            removed = remove_generations(locations, kept, incomplete_only=False)
+            return ApplyResult(
+                "up-to-date",
+                plan,
+                str(root),
+                manifest.generation,
+                str(manifest_path(root, manifest.generation)),
+                removed=cleaned + removed,
+            )
+    result = _Run(plan, locations, pointer, options).execute()
+    return attrs.evolve(result, removed=cleaned + result.removed)
 
 
 def _fetch_progress(progress: Progress | None) -> Progress | None:
