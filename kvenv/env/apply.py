@@ -38,6 +38,7 @@ from kvenv.env.manifest import (
     NativeIdentity,
     Pointer,
     ProfileRef,
+    read_manifest,
     write_manifest,
 )
 from kvenv.env.root import (
@@ -464,6 +465,8 @@ class _Run:
             keep.add(self.pointer.previous)
         keep = retained(keep, complete_generations(self.locations), self.options.keep)
         removed = remove_generations(self.locations, keep, incomplete_only=False)
+        if self.options.repair:
+            self.warnings.extend(self.remove_strays(keep - {self.generation}))
         manifest = self.manifest
         return ApplyResult(
             "applied",
@@ -477,6 +480,26 @@ class _Run:
             tuple(layer for layer in (self.native, self.overlay) if layer is not None),
             bool(self.warnings),
         )
+
+    def remove_strays(self, generations: set[str]) -> list[str]:
+        """Remove the files added to the kept ``generations`` (their manifests do not list
+        them: :mod:`kvenv.env.strays`); a warning for each. A generation whose manifest cannot
+        be read is left as it is (``verify`` reports it)."""
+        from kvenv.env.strays import remove_strays
+        from kvenv.errors import KvenvError
+
+        out: list[str] = []
+        for generation in sorted(g for g in generations if g):
+            try:
+                path = manifest_path(self.locations.root, generation)
+                manifest = read_manifest(path, root=self.locations.root)
+            except KvenvError:
+                continue
+            out += [
+                f"removed {path}: added to generation {generation}, not in its manifest"
+                for path in remove_strays(manifest)
+            ]
+        return out
 
     # -- the steps ---------------------------------------------------------------------------
 

@@ -4,6 +4,7 @@ own names under the cache directory are ever touched."""
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 from kvenv.env.integrity import Damage, cache_damage
@@ -12,16 +13,20 @@ from kvenv.env.seal import remove_sealed
 from kvenv.env.store import MARKER
 from kvenv.model.locations import Locations
 
+_SHA256 = re.compile(r"[0-9a-f]{64}")
+
 
 def _unfinished(locations: Locations) -> list[Path]:
     """Leftovers of killed runs: the store's temporary and marker-less entries, and partial
     downloads."""
     found: list[Path] = []
     store = locations.store
-    if store.is_dir():
+    if store.is_dir():  # only names kvenv gives: a temporary entry, or a sha256 without marker
         for entry in sorted(store.iterdir()):
+            if entry.is_symlink():
+                continue
             if entry.name.startswith(".tmp-") or (
-                entry.is_dir() and not (entry / MARKER).is_file()
+                _SHA256.fullmatch(entry.name) and entry.is_dir() and not (entry / MARKER).is_file()
             ):
                 found.append(entry)
     tmp = locations.cache / "artifacts-v1" / "tmp"

@@ -182,14 +182,11 @@ def refuse_file_places(locations: Locations) -> None:
             )
 
 
-def unsafe_paths(paths: Iterable[Path]) -> list[str]:
-    """The paths among ``paths`` that hold another kvenv root anywhere below them (what prune
-    must not remove: kvenv did not create it as part of what it prunes)."""
-    out: list[str] = []
-    for path in paths:
-        for current, dirs, files in os.walk(path):
-            if ROOT_MARKER in files:
-                out.append(str(path))
-                break
-            dirs[:] = [d for d in dirs if not os.path.islink(os.path.join(current, d))]
-    return out
+def holds_a_root(path: Path) -> bool:
+    """Whether another runtime root lies anywhere below ``path`` (what a prune must not
+    remove: kvenv did not create it as part of what it prunes). Symlinks are not followed."""
+    for current, dirs, files in os.walk(path):
+        if ROOT_MARKER in files:
+            return True
+        dirs[:] = [d for d in dirs if not os.path.islink(os.path.join(current, d))]
+    return False
