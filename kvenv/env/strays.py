@@ -95,12 +95,19 @@ def stray_files(manifest: Manifest) -> list[str]:
 
 def remove_strays(manifest: Manifest) -> list[str]:
     """Remove :func:`stray_files` from the generation (and the directories that held only
-    them); the paths removed."""
+    them); the paths removed. What lies in another runtime root nested in the generation (an
+    older kvenv allowed one there) is someone's environment: it is reported, never removed."""
     import shutil
+
+    from kvenv.model.places import ROOT_MARKER
 
     removed: list[str] = []
     keep_dirs = {os.path.dirname(p) for p in listed_files(manifest)}
-    for path in stray_files(manifest):
+    strays = stray_files(manifest)
+    roots = [os.path.dirname(p) + os.sep for p in strays if os.path.basename(p) == ROOT_MARKER]
+    for path in strays:
+        if any(path.startswith(root) for root in roots):
+            continue
         try:
             if os.path.isdir(path) and not os.path.islink(path):
                 shutil.rmtree(path)
