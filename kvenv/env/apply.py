@@ -15,9 +15,10 @@ the previous generation current and intact; the next run finishes the job.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Literal
 
@@ -340,13 +341,37 @@ def apply(plan: Plan, options: ApplyOptions | None = None) -> ApplyResult:
         return ApplyResult("dry-run", plan, str(root), plan.current_generation, None)
     made = not os.path.lexists(root)
     claim_root(root)
-    with RootLock(locations, wait=options.wait, on_wait=options.on_wait):
-        try:
-            return _apply_locked(plan, options, locations)
-        except BaseException:
-            if made or not (root / POINTER_NAME).exists():
-                unclaim_root(root, remove_dir=made)  # a first apply that failed claims nothing
-            raise
+    with RootLock(locations, wait=options.wait, on_wait=options.on_wait), _given_up(root, made):
+        _refuse_given_up(root)
+        take_ownership(root, owner_of(plan.inputs.loaded))
+        pointer = _pointer(root, repair=options.repair)
+        keep = {pointer.generation} if pointer else set()
+        if pointer and pointer.previous:
+            keep.add(pointer.previous)
+        cleaned = remove_generations(locations, keep, incomplete_only=True)
+        remove_stray_temps(root)  # what a killed run's atomic writes left beside the root files
+        # The plan stays right while the generation it was made over is still current
+        # (generations are immutable, their ids unique); another apply switched the root in
+        # between: plan again against what is there now.
+        if (pointer.generation if pointer else None) != plan.current_generation:
+            plan = _replan(plan, repair=options.repair)
+            _refuse_incompatible(plan)
+        if plan.up_to_date and pointer is not None and not options.repair:
+            _, manifest = current_state(locations)
+            if manifest is not None and dirs_present(manifest):
+                write_shims(locations, manifest)
+                kept = retained(keep, complete_generations(locations), options.keep)
+                removed = remove_generations(locations, kept, incomplete_only=False)
+                return ApplyResult(
+                    "up-to-date",
+                    plan,
+                    str(root),
+                    manifest.generation,
+                    str(manifest_path(root, manifest.generation)),
+                    removed=cleaned + removed,
+                )
+        result = _Run(plan, locations, pointer, options).execute()
+        return attrs.evolve(result, removed=cleaned + result.removed)
 
 
 def _refuse_misplaced(plan: Plan, locations: Locations) -> None:
@@ -360,43 +385,26 @@ def _refuse_misplaced(plan: Plan, locations: Locations) -> None:
     check_places(locations, host_places(python.executable, sites))
 
 
-def _apply_locked(plan: Plan, options: ApplyOptions, locations: Locations) -> ApplyResult:
-    """The apply, holding the root lock of the claimed root."""
-    root = locations.root
-    if not is_owned(root):  # a failed first apply gave it up while this one waited
+@contextlib.contextmanager
+def _given_up(root: Path, made: bool) -> Iterator[None]:
+    """A first apply that fails for any reason claims nothing: where nothing was ever applied,
+    kvenv's own files go again, and the root directory when this apply ``made`` it
+    (:func:`kvenv.env.rootfiles.unclaim_root`)."""
+    try:
+        yield
+    except BaseException:
+        if made or not (root / POINTER_NAME).exists():
+            unclaim_root(root, remove_dir=made)
+        raise
+
+
+def _refuse_given_up(root: Path) -> None:
+    """Refuse to go on in a root a failed first apply gave up while this one waited."""
+    if not is_owned(root):
         raise ConflictError(
             f"the runtime root {root} was given up by another apply while this one waited",
             hint="run `{kvenv apply}` again",
         )
-    take_ownership(root, owner_of(plan.inputs.loaded))
-    pointer = _pointer(root, repair=options.repair)
-    keep = {pointer.generation} if pointer else set()
-    if pointer and pointer.previous:
-        keep.add(pointer.previous)
-    cleaned = remove_generations(locations, keep, incomplete_only=True)
-    remove_stray_temps(root)  # what a killed run's atomic writes left beside the root files
-    # The plan stays right while the generation it was made over is still current
-    # (generations are immutable, their ids unique); another apply switched the root in
-    # between: plan again against what is there now.
-    if (pointer.generation if pointer else None) != plan.current_generation:
-        plan = _replan(plan, repair=options.repair)
-        _refuse_incompatible(plan)
-    if plan.up_to_date and pointer is not None and not options.repair:
-        _, manifest = current_state(locations)
-        if manifest is not None and dirs_present(manifest):
-            write_shims(locations, manifest)
-            kept = retained(keep, complete_generations(locations), options.keep)
-            removed = remove_generations(locations, kept, incomplete_only=False)
-            return ApplyResult(
-                "up-to-date",
-                plan,
-                str(root),
-                manifest.generation,
-                str(manifest_path(root, manifest.generation)),
-                removed=cleaned + removed,
-            )
-    result = _Run(plan, locations, pointer, options).execute()
-    return attrs.evolve(result, removed=cleaned + result.removed)
 
 
 def _fetch_progress(progress: Progress | None) -> Progress | None:

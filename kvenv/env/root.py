@@ -298,9 +298,11 @@ def remove_generations(locations: Locations, keep: set[str], *, incomplete_only:
         if name in keep:
             continue
         path = generation_dir(locations.root, name)
-        if path.is_symlink() or holds_a_root(path):
+        if path.is_symlink():
             continue
         if incomplete_only and (path / MANIFEST_NAME).exists():
+            continue
+        if holds_a_root(path):
             continue
         shutil.rmtree(path)
         removed.append(name)
