@@ -72,12 +72,25 @@ def _entry_of(path: Path, locations: Locations) -> Path | None:
 
 def clean(locations: Locations, *, dry_run: bool = False) -> list[str]:
     """Remove the store and the downloaded artifacts (kvenv's names only); applied
-    generations keep working (their files are hard links), a later apply downloads again."""
+    generations keep working (their files are hard links), a later apply downloads again.
+    What holds another runtime root (an older kvenv let one be placed in a cache) is kept,
+    with the directories above it."""
+    from kvenv.env.placecheck import holds_a_root
+
     removed: list[str] = []
     for name in CACHE_NAMES:
         path = locations.cache / name
-        if path.exists() and not path.is_symlink():
+        if not path.exists() or path.is_symlink():
+            continue
+        if not holds_a_root(path):
             if not dry_run:
                 remove_sealed(path)
             removed.append(str(path))
+            continue
+        for entry in sorted(path.iterdir()):
+            if entry.is_symlink() or holds_a_root(entry):
+                continue
+            if not dry_run:
+                remove_sealed(entry)
+            removed.append(str(entry))
     return removed

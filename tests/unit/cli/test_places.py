@@ -130,18 +130,25 @@ def test_a_root_reached_through_a_symlink_is_its_real_path(tmp_path: Path, comma
         assert "belongs to" not in result.text and "not /" not in result.text
 
 
-@pytest.mark.parametrize("prune", ["generations kept", "apply --keep", "cache prune"])
+@pytest.mark.parametrize(
+    "prune", ["generations kept", "apply --keep", "cache prune", "cache clean"]
+)
 def test_prune_never_removes_what_kvenv_did_not_make(
     applied: tuple[Project, Locations], prune: str
 ) -> None:
     project, where = applied
-    if prune == "cache prune":
-        foreign = where.store / "not-kvenvs"
+    if prune.startswith("cache"):
+        foreign = where.store / "not-kvenvs"  # a root an older kvenv let be placed there
         foreign.mkdir()
+        (foreign / ".kvenv-root").write_text("{}")
         (foreign / "data.txt").write_text("mine\n")
-        result = run_cli(["cache", "prune", str(project.profile_path), "--cache", str(where.cache)])
+        verb = prune.split()[1]
+        result = run_cli(["cache", verb, str(project.profile_path), "--cache", str(where.cache)])
         assert result.code == 0, result.text
         assert (foreign / "data.txt").read_text() == "mine\n"
+        if verb == "clean":  # everything of kvenv's went
+            assert sorted(p.name for p in where.store.iterdir()) == ["not-kvenvs"]
+            assert not (where.cache / "artifacts-v1").exists()
         return
     nested = _generation(where) / "native" / "nested-root"  # as an older kvenv allowed
     nested.mkdir()
