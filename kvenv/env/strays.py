@@ -1,9 +1,10 @@
 """Files in a generation that its manifest does not list: found by ``kvenv verify`` and removed
 by ``kvenv apply --repair``.
 
-A generation holds exactly ``manifest.json`` and the ``native/``, ``overlay/`` and ``bin/``
-directories, and in those exactly the files the RECORDs of the manifest's distributions list
-(console scripts are listed as ``../bin/NAME`` by the native layer's RECORDs). Anything else
+A generation holds exactly ``manifest.json`` and the ``native/``, ``overlay/``, ``bin/`` (and,
+when a wheel has them, ``data/`` and ``include/``) directories, and in those exactly the files the
+RECORDs of the manifest's distributions list (console scripts as ``../bin/NAME``, a wheel's data
+as ``../data/...``). Anything else
 (a ``sitecustomize.py``, a ``.pth``, a module, a script, a symlink) was added after kvenv made
 the generation, and is on the ``PYTHONPATH`` or ``PATH`` of every activated process.
 
@@ -23,7 +24,9 @@ from pathlib import Path
 from kvenv.env.manifest import MANIFEST_NAME, Manifest
 
 _PYC = re.compile(r"^(?P<stem>[^.]+)\.[A-Za-z0-9_-]+(?:\.opt-[12])?\.pyc$")
-_LAYERS = ("native", "overlay", "bin")
+# The generation's own directories (kvenv.env.store.GenerationLayout: the two layers' sites and
+# the directories they share for scripts, a wheel's ``.data/data`` and its headers).
+_LAYERS = ("native", "overlay", "bin", "data", "include")
 
 
 def generation_path(manifest: Manifest) -> Path:
