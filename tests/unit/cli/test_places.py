@@ -13,6 +13,7 @@ from __future__ import annotations
 import os
 import shlex
 import shutil
+import subprocess
 import sys
 from pathlib import Path
 
@@ -21,7 +22,7 @@ import pytest
 from kvenv.env.root import current_state
 from kvenv.model.locations import Locations
 from tests.support.applyenv import Project, local_project
-from tests.support.hardening import CliResult, run_cli, tree_state
+from tests.support.hardening import CliResult, kvenv_argv, kvenv_env, run_cli, tree_state
 
 
 @pytest.fixture(autouse=True)
@@ -234,11 +235,23 @@ def test_a_failed_first_apply_leaves_no_claimed_root(tmp_path: Path, failure: st
         (tmp_path / "afile").write_text("")
         cache = tmp_path / "afile" / "cache"
     else:
-        if os.geteuid() == 0:
-            pytest.skip("root ignores permissions")
         cache.mkdir()
         cache.chmod(0o555)
-    result = _cli(project, "apply", root, cache)
+    if failure == "read-only cache" and os.geteuid() == 0:  # root ignores modes: a ro mount
+        if shutil.which("unshare") is None or subprocess.run(["unshare", "-rm", "true"]).returncode:
+            pytest.skip("root ignores permissions, and `unshare -rm` is not allowed here")
+        mount = 'mount --bind "$0" "$0" && mount -o remount,bind,ro "$0" && exec "$@"'
+        argv = ["apply", str(project.profile_path), "--root", str(root), "--cache", str(cache)]
+        done = subprocess.run(
+            ["unshare", "-rm", "sh", "-c", mount, str(cache), *kvenv_argv(argv)],
+            env=kvenv_env(),
+            capture_output=True,
+            text=True,
+        )
+        result = CliResult(done.returncode, done.stdout, done.stderr)
+        assert "Read-only file system" in result.err, result.text
+    else:
+        result = _cli(project, "apply", root, cache)
     assert result.code != 0, result.text
     assert "Traceback" not in result.text
     if failure == "existing empty root":
