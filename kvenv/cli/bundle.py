@@ -26,7 +26,11 @@ def register(sub: Any) -> None:
     p.add_argument("--verify", metavar="DIR", help="check an existing bundle instead")
     p.add_argument("--cache", metavar="DIR", help="artifact cache (default: the user cache)")
     p.add_argument("--offline", action="store_true", help="use the cache only, no network")
-    p.add_argument("--jobs", type=int, default=8, metavar="N", help="parallel downloads (8)")
+    from kvenv.cli.options import jobs_value
+
+    p.add_argument(
+        "--jobs", type=jobs_value, default=8, metavar="N", help="parallel downloads (8; 1-256)"
+    )
     p.add_argument("--index-url", action="append", default=[], metavar="URL")
     p.add_argument("--find-links", action="append", default=[], metavar="DIR|URL")
     p.add_argument("--json", action="store_true", help="machine-readable output")

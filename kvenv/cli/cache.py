@@ -10,6 +10,8 @@ from kvenv.cli.exitcodes import EXIT_CHECK_FAILED, EXIT_OK
 
 
 def register(sub: Any) -> None:
+    from kvenv.cli.options import path_value
+
     cache = sub.add_parser(
         "cache",
         help="verify, prune or clean the download cache and the store",
@@ -26,7 +28,12 @@ def register(sub: Any) -> None:
         p.add_argument(
             "profile", nargs="?", metavar="PROFILE", help="whose cache (default profile)"
         )
-        p.add_argument("--cache", metavar="DIR", help="cache (default: $KVENV_CACHE_DIR, [paths])")
+        p.add_argument(
+            "--cache",
+            type=path_value,
+            metavar="DIR",
+            help="cache (default: $KVENV_CACHE_DIR, [paths])",
+        )
         p.add_argument("--json", action="store_true", help="machine-readable output")
         if name != "verify":
             p.add_argument("--dry-run", action="store_true", help="say what would be removed")
