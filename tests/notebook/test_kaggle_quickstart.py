@@ -13,10 +13,8 @@ mdurl 0.1.2), built here because the built-in one downloads its bytes from the p
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
-import shutil
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -25,78 +23,19 @@ from typing import Any
 
 import pytest
 
+from tests.support.demo import KVENV, clean_env, demo_project, netns_works
 from tests.support.paths import REPO
-from tests.support.wheels import build_wheel
 
 nbformat = pytest.importorskip("nbformat")
 nbclient = pytest.importorskip("nbclient")
 pytest.importorskip("ipykernel")
 
 NOTEBOOK = REPO / "docs" / "notebooks" / "kaggle-quickstart.ipynb"
-KVENV = str(Path(sys.executable).parent / "kvenv")
-
-
-def _netns_works() -> bool:
-    if shutil.which("unshare") is None:
-        return False
-    done = subprocess.run(["unshare", "-rnm", "true"], capture_output=True)
-    return done.returncode == 0
 
 
 pytestmark = pytest.mark.skipif(
-    not _netns_works(), reason="needs `unshare -rn` (a user and network namespace)"
+    not netns_works(), reason="needs `unshare -rn` (a user and network namespace)"
 )
-
-
-def _demo_project(base: Path) -> Path:
-    """profiles/demo.toml (markdown-it-py from a path, overlay mdurl) and its kvenv lock."""
-    project = base / "project"
-    wheels = project / "wheels"
-    native = build_wheel(
-        wheels,
-        "markdown-it-py",
-        "3.0.0",
-        requires=["mdurl~=0.1"],
-        files={"markdown_it/__init__.py": "__version__ = '3.0.0'\n"},
-    )
-    build_wheel(wheels, "mdurl", "0.1.2", files={"mdurl/__init__.py": "__version__ = '0.1.2'\n"})
-    digest = hashlib.sha256(native.read_bytes()).hexdigest()
-    (project / "profiles").mkdir(parents=True)
-    (project / "profiles" / "demo.toml").write_text(
-        "schema = 1\n"
-        'name = "demo"\n'
-        'description = "the notebook test\'s demo: markdown-it-py + mdurl, built locally"\n'
-        "[target]\n"
-        'python = "3.10"\nimplementation = "cpython"\nabi = "none"\n'
-        "[native]\n"
-        'name = "markdown-it-py"\nversion = "3.0.0"\n'
-        f'sha256 = "{digest}"\nsize = {native.stat().st_size}\n'
-        "[native.source]\n"
-        f'kind = "path"\npath = "wheels/{native.name}"\n'
-        "[overlay]\n"
-        'lock = "locks/pylock.demo.toml"\n'
-    )
-    done = subprocess.run(
-        [KVENV, "lock", "demo", "--no-index", "--find-links", str(wheels)],
-        cwd=project,
-        capture_output=True,
-        text=True,
-        env=_clean_env(base),
-    )
-    assert done.returncode == 0, done.stderr
-    return project
-
-
-def _clean_env(base: Path) -> dict[str, str]:
-    env = {
-        k: v
-        for k, v in os.environ.items()
-        if not k.startswith(("KVENV_", "PIP_", "UV_")) and k not in ("VIRTUAL_ENV",)
-    }
-    env["HOME"] = str(base / "home")
-    env["XDG_CACHE_HOME"] = str(base / "home" / ".cache")
-    env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"
-    return env
 
 
 @pytest.fixture
@@ -104,7 +43,7 @@ def executed(tmp_path: Path) -> Iterator[tuple[Any, Path, Path]]:
     from jupyter_client.kernelspec import KernelSpecManager
     from jupyter_client.manager import KernelManager
 
-    project = _demo_project(tmp_path)
+    project = demo_project(tmp_path)
     work, inputs = tmp_path / "working", tmp_path / "input"
     work.mkdir()
     inputs.mkdir()
@@ -124,7 +63,7 @@ def executed(tmp_path: Path) -> Iterator[tuple[Any, Path, Path]]:
         cwd=project,
         capture_output=True,
         text=True,
-        env=_clean_env(tmp_path),
+        env=clean_env(tmp_path),
     )
     assert made.returncode == 0, made.stderr
     # the kernel: no network (its own network namespace) and <input> a read-only mount
@@ -134,7 +73,7 @@ def executed(tmp_path: Path) -> Iterator[tuple[Any, Path, Path]]:
     (kernels / "netns" / "kernel.json").write_text(
         json.dumps({"argv": argv, "display_name": "netns", "language": "python"})
     )
-    env = _clean_env(tmp_path)
+    env = clean_env(tmp_path)
     env.update(KVENV_NB_PROFILE="demo", KVENV_NB_WORK=str(work), KVENV_NB_INPUT=str(inputs))
     manager = KernelManager(
         kernel_name="netns",

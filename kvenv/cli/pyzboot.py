@@ -1,0 +1,171 @@
+"""The verifier a single-file bundle starts with: its ``__main__.py``, standard library only.
+
+``python kvenv-PROFILE.pyz COMMAND`` runs this module first, and nothing else from the archive
+until it has checked the interpreter and the whole file:
+
+1. the interpreter: CPython, at least :data:`REQUIRES` (``kvenv bundle --single-file`` writes
+   the oldest version the file's pure-Python code runs on into that line); any other is
+   refused with one message;
+2. the file: its last 64 bytes are the sha256 (hex) of every byte before them (the zip
+   archive's comment, ``kvenv-pyz sha256=<hex>``, written last by the builder). A file whose
+   bytes do not hash to it, whose comment is not there, or that was cut or extended, is
+   refused with one message, before anything is read from the archive, imported or unpacked.
+
+Then the archive's ``lib/`` (kvenv and its pure-Python dependencies) goes first on
+``sys.path`` and :mod:`kvenv.cli.pyzrun` runs the command. Run through
+``runpy.run_path(FILE, run_name="kvenv_pyz")`` (in a notebook) it checks the same, puts the
+file's kvenv on ``sys.path`` and leaves ``activate()`` (activate the applied profile in this
+interpreter) and ``profile`` (the profile's file, unpacked) in the namespace it returns.
+
+This self-check guards against a damaged or altered copy; whether the copy is the one that was
+built is what the whole-file sha256 that ``kvenv bundle`` printed answers
+(``sha256sum FILE``, or ``--sha256 HEX``, checked here). Kept tiny, on purpose: it is the one
+part of the file that runs unchecked.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import sys
+
+REQUIRES = (3, 10)  # oldest CPython: set by kvenv bundle --single-file
+_MARK = b"kvenv-pyz sha256="
+HEX = 64
+_CHUNK = 1 << 20
+_EXIT_BAD_INPUT = 2
+HINT = "copy the file again, or rebuild it with `kvenv bundle PROFILE --single-file FILE`"
+
+
+def archive() -> str:
+    """The path of the single file (this module is its ``__main__.py``)."""
+    return os.path.dirname(os.path.abspath(__file__))
+
+
+def interpreter_problem(name: str) -> str | None:
+    """Why this interpreter cannot run the file, or None."""
+    implementation = sys.implementation.name
+    if implementation == "cpython" and tuple(sys.version_info[:2]) >= REQUIRES:
+        return None
+    found = f"{implementation} {'.'.join(str(n) for n in sys.version_info[:3])}"
+    wanted = f"CPython {REQUIRES[0]}.{REQUIRES[1]} or newer"
+    return (
+        f"{name} runs on {wanted}; this is {found} ({sys.executable})\n"
+        "hint: run it with the host's own python3"
+    )
+
+
+def digests(path: str) -> tuple[str, str, str]:
+    """(the digest the file carries, the sha256 of every byte before it, the whole file's
+    sha256); the first is '' when the file does not end with ``MARK`` and 64 hex digits."""
+    body = hashlib.sha256()
+    buffer = bytearray(_CHUNK)
+    view = memoryview(buffer)
+    with open(path, "rb") as stream:
+        size = os.fstat(stream.fileno()).st_size
+        remaining = max(0, size - HEX)
+        while remaining:
+            got = stream.readinto(view[: min(_CHUNK, remaining)])
+            if not got:
+                break
+            body.update(view[:got])
+            remaining -= got
+        tail = stream.read()
+        stream.seek(max(0, size - HEX - len(_MARK)))
+        mark = stream.read(len(_MARK))
+    whole = body.copy()
+    whole.update(tail)
+    carried = tail.decode("ascii", "replace") if mark == _MARK and len(tail) == HEX else ""
+    return carried, body.hexdigest(), whole.hexdigest()
+
+
+def file_problem(path: str, expected: str | None = None) -> str | None:
+    """Why the file at ``path`` is not intact (or not the one whose whole-file sha256 is
+    ``expected``), or None."""
+    try:
+        carried, actual, whole = digests(path)
+    except OSError as error:
+        return f"cannot read {path}: {error.strerror or error}"
+    if not carried:
+        return (
+            f"{path} is not a kvenv single-file bundle, or it was cut or extended (it does "
+            f"not end with its sha256)\nhint: {HINT}"
+        )
+    if carried != actual:
+        return (
+            f"{path} is damaged or was changed: its bytes hash to sha256 {actual}, not to the "
+            f"{carried} it carries; nothing was unpacked or run\nhint: {HINT}"
+        )
+    if expected is not None and expected.lower() != whole:
+        return (
+            f"{path} is intact but is not the file you expected: its sha256 is {whole}, not "
+            f"{expected}\nhint: check which file you attached"
+        )
+    return None
+
+
+def refuse(message: str) -> int:
+    sys.stderr.write(f"kvenv: error: {message}\n")
+    return _EXIT_BAD_INPUT
+
+
+def _expected(argv: list[str]) -> tuple[str | None, list[str]]:
+    """``--sha256 HEX`` taken out of the command line (the file's expected whole sha256)."""
+    rest = list(argv)
+    for number, word in enumerate(rest):
+        if word == "--sha256" and number + 1 < len(rest):
+            value = rest[number + 1]
+            del rest[number : number + 2]
+            return value, rest
+        if word.startswith("--sha256="):
+            del rest[number]
+            return word.split("=", 1)[1], rest
+    return None, rest
+
+
+def checked(argv: list[str]) -> tuple[str, str, list[str]] | int:
+    """The file's path, its whole sha256 and the command line left, once the interpreter and
+    the file passed; else the exit code of the refusal (already reported)."""
+    path = archive()
+    problem = interpreter_problem(os.path.basename(path))
+    if problem is not None:
+        return refuse(problem)
+    expected, rest = _expected(argv)
+    problem = file_problem(path, expected)
+    if problem is not None:
+        return refuse(problem)
+    whole = digests(path)[2] if expected is None else expected.lower()
+    if os.path.join(path, "lib") not in sys.path:
+        sys.path.insert(0, os.path.join(path, "lib"))
+    return path, whole, rest
+
+
+def main() -> int:
+    """``python FILE COMMAND ...``: check, then run the command (kvenv.cli.pyzrun)."""
+    done = checked(sys.argv[1:])
+    if isinstance(done, int):
+        return done
+    path, whole, rest = done
+    import importlib
+
+    runner = importlib.import_module("kvenv.cli.pyzrun")
+    code: int = runner.run_file(path, whole, rest)
+    return code
+
+
+def load() -> None:
+    """``runpy.run_path(FILE, run_name="kvenv_pyz")``: check, then offer ``activate()`` and
+    ``profile`` in the namespace; a refused file raises SystemExit with its message."""
+    done = checked([])
+    if isinstance(done, int):
+        raise SystemExit(done)
+    import importlib
+
+    runner = importlib.import_module("kvenv.cli.pyzrun")
+    globals().update(runner.in_process(done[0], done[1]))
+
+
+if __name__ == "__main__":
+    sys.exit(main())
+elif __name__ == "kvenv_pyz":
+    load()

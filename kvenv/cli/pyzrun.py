@@ -1,0 +1,177 @@
+"""A single-file bundle's commands, run once its verifier (:mod:`kvenv.cli.pyzboot`) passed:
+``python kvenv-PROFILE.pyz apply|verify|activate|status|plan [options]`` and ``--about``.
+
+Each command is kvenv's own, run on the file's profile: its small files (profile, lock, host
+snapshot) are unpacked into a per-digest directory of the user cache
+(:func:`kvenv.fetch.pyz.unpack_project`), and ``apply`` first streams the wheels the artifact
+cache lacks from the file into that cache, checked on the way, then applies with
+``--offline``. The host interpreter is the one running the file unless ``--python`` or
+``$KVENV_PYTHON`` names another.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from pathlib import Path
+    from typing import Any
+
+    from kvenv.fetch.pyz import OpenedFile
+
+COMMANDS = ("apply", "verify", "activate", "status", "plan")
+_HOSTED = ("apply", "verify", "status", "plan")  # the commands that take --python
+
+
+def _usage(name: str, opened: OpenedFile) -> str:
+    profile = opened.index.profile.name
+    return (
+        f"usage: python {name} {{{','.join(COMMANDS)}}} [options] | --about\n\n"
+        f"kvenv {opened.manifest.get('kvenv_version', '?')} with the profile {profile}, its lock "
+        "and every wheel, for an offline install with no kvenv installed:\n"
+        f"  python {name} apply      install it (no network) into the profile's runtime root\n"
+        f'  eval "$(python {name} activate)"   activate it in a shell\n'
+        f"  python {name} status     what is applied\n"
+        f"  python {name} verify     check the installed files\n"
+        f"  python {name} --about    what the file holds and which interpreters run it\n"
+        f"Each command takes kvenv's options (`python {name} apply --help`)."
+    )
+
+
+def run_file(archive: str, sha256: str, argv: list[str]) -> int:
+    """Run ``argv`` (the command line after the file's name) on the verified file."""
+    from pathlib import Path
+
+    from kvenv.cli import main
+    from kvenv.cli._io import err, out, report_kvenv_error
+    from kvenv.errors import KvenvError, UsageError
+    from kvenv.fetch.pyz import open_single_file
+
+    path = Path(archive)
+    name = path.name
+    try:
+        opened = open_single_file(path, sha256)
+        if not argv or argv[0] in ("-h", "--help", "help"):
+            out(_usage(name, opened))
+            return 0
+        if argv[0] == "--about":
+            out(about(opened))
+            return 0
+        command, rest = argv[0], list(argv[1:])
+        if command not in COMMANDS:
+            raise UsageError(
+                f"{name} runs {', '.join(COMMANDS)} (and --about), not {command!r}",
+                hint=f"python {name} --help",
+            )
+        rest = _without_profile(rest, opened.index.profile.name, name)
+        profile = _profile_file(opened, rest)
+        if command in _HOSTED and not _named_python(rest):
+            rest += ["--python", sys.executable]
+        if command == "apply":
+            _stream(opened, profile, rest)
+            if "--offline" not in rest:
+                rest.append("--offline")
+    except KvenvError as error:
+        return report_kvenv_error(error, 2, as_json="--json" in argv)
+    except OSError as error:
+        err(f"kvenv: error: {error.strerror or error}: {error.filename or path}")
+        return 2
+    from kvenv.cli.hints import run_as
+
+    run_as([_interpreter(), str(path)], str(profile))  # fix commands: `python FILE VERB …`
+    return main([command, str(profile), *rest])
+
+
+def _interpreter() -> str:
+    """This interpreter as a user would type it: its name when PATH finds it, else its path."""
+    import shutil
+
+    name = os.path.basename(sys.executable)
+    found = shutil.which(name)
+    same = found is not None and os.path.realpath(found) == os.path.realpath(sys.executable)
+    return name if same else sys.executable
+
+
+def _without_profile(rest: list[str], profile: str, name: str) -> list[str]:
+    """The command line without a leading profile name (the file holds one: it is refused
+    when another is named)."""
+    from kvenv.errors import UsageError
+
+    if rest and not rest[0].startswith("-"):
+        if rest[0] != profile:
+            raise UsageError(
+                f"{name} holds the profile {profile} only, not {rest[0]!r}",
+                hint=f"leave the profile out: python {name} COMMAND",
+            )
+        return rest[1:]
+    return rest
+
+
+def _named_python(rest: list[str]) -> bool:
+    named = any(w == "--python" or w.startswith("--python=") for w in rest)
+    return named or bool(os.environ.get("KVENV_PYTHON"))
+
+
+def _profile_file(opened: OpenedFile, rest: list[str]) -> Path:
+    from kvenv.fetch.cache import default_cache_root
+    from kvenv.fetch.pyz import unpack_project
+
+    directory = unpack_project(opened, default_cache_root())
+    return directory / opened.index.profile.file
+
+
+def _stream(opened: OpenedFile, profile: Path, rest: list[str]) -> None:
+    """Stream the wheels the artifact cache this apply uses lacks from the file into it."""
+    import argparse
+
+    from kvenv.fetch.pyz import stream_artifacts
+    from kvenv.model.loading import load_profile
+    from kvenv.model.locations import resolve_locations
+
+    parser = argparse.ArgumentParser(add_help=False)
+    parser.add_argument("--root")
+    parser.add_argument("--cache")
+    known, _ = parser.parse_known_args(rest)
+    loaded = load_profile(str(profile))
+    locations = resolve_locations(loaded.profile, root=known.root, cache=known.cache)
+    stream_artifacts(opened, locations.cache)
+
+
+def about(opened: OpenedFile) -> str:
+    """What ``--about`` prints: the profile, the interpreters, what is in ``lib/`` and what
+    was left out, and the file's sha256."""
+    manifest = opened.manifest
+    major, minor = manifest.get("requires_python", [3, 10])
+    wheels = opened.index.artifacts
+    size = sum(a.size for a in wheels)
+    lines = [
+        f"{opened.path.name}: kvenv single-file bundle (kvenv {manifest.get('kvenv_version')})",
+        f"  sha256:  {opened.sha256}",
+        f"  profile: {opened.index.profile.name} ({len(wheels)} wheel(s), {size / 1e6:.1f} MB)",
+        f"  runs on: CPython {major}.{minor} or newer (built with {manifest.get('built_with')})",
+        "  kvenv and the pure-Python dependencies in the file: "
+        + ", ".join(f"{d['name']} {d['version']}" for d in manifest.get("included", [])),
+        "  left out:",
+    ]
+    lines += [f"    {d['name']}: {d['why']}" for d in manifest.get("left_out", [])]
+    return "\n".join(lines)
+
+
+def in_process(archive: str, sha256: str) -> dict[str, Any]:
+    """What ``runpy.run_path(FILE, run_name="kvenv_pyz")`` leaves in its namespace: the
+    unpacked ``profile`` and ``activate()``, which activates it in this interpreter."""
+    from pathlib import Path
+
+    from kvenv.fetch.pyz import open_single_file
+
+    opened = open_single_file(Path(archive), sha256)
+    profile = _profile_file(opened, [])
+
+    def activate() -> bool:
+        from kvenv.env.activation import activate_in_process
+
+        return activate_in_process(profile=str(profile))
+
+    return {"profile": str(profile), "activate": activate}
