@@ -115,10 +115,12 @@ def _named_python(rest: list[str]) -> bool:
 
 
 def _profile_file(opened: OpenedFile, rest: list[str]) -> Path:
-    from kvenv.fetch.cache import default_cache_root
     from kvenv.fetch.pyz import unpack_project
+    from kvenv.model.places import user_cache_dir
 
-    directory = unpack_project(opened, default_cache_root())
+    # Not $KVENV_CACHE_DIR nor --cache: every command of this file must name the same profile
+    # file, which a runtime root records as its owner.
+    directory = unpack_project(opened, user_cache_dir())
     return directory / opened.index.profile.file
 
 

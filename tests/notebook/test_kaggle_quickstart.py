@@ -4,11 +4,11 @@ ipykernel) against a ``demo`` profile, every cell's output checked.
 The kernel runs inside a network namespace (``unshare -rn``; its sockets to nbclient are Unix
 sockets, ``transport="ipc"``), so nothing in the notebook can reach the network: the online
 install takes the demo's wheels from the project (a path native and the lock's wheelhouse), the
-offline part applies from the bundle attached as Kaggle attaches a dataset
-(``<input>/kvenv-bundle/``, ``<input>`` a read-only bind mount in the kernel's mount namespace)
-into a fresh root and cache. The ``demo`` profile is the built-in
-one's shape (a pure-Python native wheel, markdown-it-py 3.0.0, and its one-package overlay,
-mdurl 0.1.2), built here because the built-in one downloads its bytes from the package index.
+offline part runs the single-file bundle (``kvenv bundle --single-file``) attached as Kaggle
+attaches a dataset (``<input>/kvenv-bundle/kvenv-demo.pyz``, ``<input>`` a read-only bind mount
+in the kernel's mount namespace) with the kernel's own python into a fresh root and cache, and
+a fresh ``python -I -S`` (no site-packages, so no kvenv) imports the overlay through the file.
+The ``demo`` project is tests/support/demo.py's.
 """
 
 from __future__ import annotations
@@ -17,6 +17,7 @@ import json
 import os
 import subprocess
 import sys
+import zipfile
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -49,14 +50,14 @@ def executed(tmp_path: Path) -> Iterator[tuple[Any, Path, Path]]:
     inputs.mkdir()
     kernels = tmp_path / "kernels"
     (kernels / "netns").mkdir(parents=True)
-    # the connected machine's step: the bundle, attached as a dataset (Kaggle mounts it read-only)
+    # the connected machine's step: the single file, attached as a dataset (mounted read-only)
     made = subprocess.run(
         [
             KVENV,
             "bundle",
             "demo",
-            "-o",
-            str(inputs / "kvenv-bundle"),
+            "--single-file",
+            str(inputs / "kvenv-bundle" / "kvenv-demo.pyz"),
             "--cache",
             str(tmp_path / "c"),
         ],
@@ -125,26 +126,30 @@ def test_the_quickstart_notebook_runs_online_then_offline(
     assert "applied demo: generation " in apply and f"manifest: {work / 'kvenv'}" in apply
     assert imports == "markdown_it 3.0.0 from the runtime root\nmdurl 0.1.2 from the runtime root\n"
     assert runtime.startswith("runtime skipped: the demo profile has no model runtime")
-    assert f"bundle for demo written to {work / 'kvenv-bundle'}" in bundle
+    assert f"single-file bundle for demo written to {work / 'kvenv-demo.pyz'}" in bundle
     assert "2 wheel(s)" in bundle
     dataset_dir = inputs / "kvenv-bundle"
     first, listing = dataset.splitlines()
     assert first == f"{dataset_dir} read-only: True"
-    assert "SHA256SUMS" in listing
+    assert listing == "['kvenv-demo.pyz']"
     assert net.splitlines() == [
         "network: unavailable",
         f"offline runtime root {work / 'kvenv-offline'}",
     ]
     assert "applied demo: generation " in offline
     assert f"manifest: {work / 'kvenv-offline'}/generations/" in offline
-    assert check == "offline runtime: True\ndataset still read-only: True\n"
+    assert check == (
+        "offline runtime: True\nkvenv from the file: True\ndataset still read-only: True\n"
+    )
     manifests = list((work / "kvenv-offline").glob("generations/*/manifest.json"))
     assert len(manifests) == 1
 
-    # the bundle the notebook made is the one attached
-    def sums(bundle: Path) -> list[str]:  # bundle.json records when it was made
-        lines = (bundle / "SHA256SUMS").read_text().splitlines()
-        return [line for line in lines if not line.endswith(" bundle.json")]
+    # the file the notebook made holds what the attached one holds
+    def members(pyz: Path) -> list[tuple[str, int]]:  # the indexes record when they were made
+        made_at = ("bundle/bundle.json", "bundle/SHA256SUMS", "kvenv-pyz.json")
+        with zipfile.ZipFile(pyz) as archive:
+            return [(i.filename, i.CRC) for i in archive.infolist() if i.filename not in made_at]
 
-    assert len(sums(dataset_dir)) >= 4
-    assert sums(work / "kvenv-bundle") == sums(dataset_dir)
+    attached = members(dataset_dir / "kvenv-demo.pyz")
+    assert len([name for name, _ in attached if name.startswith("bundle/wheels/")]) == 2
+    assert members(work / "kvenv-demo.pyz") == attached
