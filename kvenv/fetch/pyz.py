@@ -62,7 +62,15 @@ DISTRIBUTION = "kvenv-overlay"
 # plan) import; their own requirements come along. Every other requirement is left out, with
 # the reason the file's --about prints (tests/unit/fetch/test_pyz.py checks that the two
 # lists cover kvenv's requirements).
-OFFLINE_NEEDS = ("attrs", "cattrs", "packaging", "tomli", "tomli-w", "installer", "filelock")
+OFFLINE_NEEDS = (
+    "attrs",
+    "cattrs",
+    "packaging",
+    'tomli; python_version < "3.11"',
+    "tomli-w",
+    "installer",
+    "filelock",
+)
 LEFT_OUT = {
     "isal": "native code; wheels are inflated with zlib instead (about half as fast)",
     "huggingface-hub": "downloads from the Hub; the file installs offline from its own wheels",
@@ -139,6 +147,9 @@ def make_single_file(
             index_urls=index_urls,
             find_links=find_links,
         )
+        members = [p for p in (work / BUNDLE_DIR).rglob("*") if p.is_file()]
+        members += [p for lib in libs for p in lib.files.values()]
+        requires = zip_requires(sum(p.stat().st_size for p in members), len(members), requires)
         included = [(lib.name, lib.version) for lib in libs]
         manifest = {
             "schema": 1,
@@ -191,7 +202,7 @@ def gather_libs() -> list[Lib]:
         and p.suffix in (".py", ".typed")
         and not _SKIP_PARTS & set(p.relative_to(package).parts)
     }
-    libs = [Lib("kvenv-overlay", __version__, own, ">=3.10", [])]
+    libs = [Lib(DISTRIBUTION, __version__, own, ">=3.10", list(OFFLINE_NEEDS))]
     seen = {canonicalize_name(DISTRIBUTION)}
     pending = [Requirement(r) for r in OFFLINE_NEEDS]
     while pending:
@@ -203,14 +214,12 @@ def gather_libs() -> list[Lib]:
         try:
             dist = metadata.distribution(requirement.name)
         except metadata.PackageNotFoundError:
-            if requirement.name in OFFLINE_NEEDS and requirement.name != "tomli":
-                raise InputError(
-                    f"{requirement.name} is not installed in {sys.prefix}; the single file "
-                    "carries kvenv's dependencies from the environment that builds it",
-                    hint=f"install {DISTRIBUTION} with its dependencies, then run it again",
-                ) from None
-            continue  # tomli before 3.11 only: oldest_python() says so
-        libs.append(_lib(dist))
+            raise InputError(
+                f"{requirement.name} is not installed in {sys.prefix}; the single file "
+                "carries kvenv's dependencies from the environment that builds it",
+                hint=f"install {DISTRIBUTION} with its dependencies, then run it again",
+            ) from None
+        libs.append(lib_of(dist))
         pending.extend(Requirement(r) for r in dist.requires or [])
     return libs
 
@@ -224,7 +233,8 @@ def _applies(requirement: Requirement, python: str | None = None) -> bool:
     return requirement.marker.evaluate(environment)
 
 
-def _lib(dist: metadata.Distribution) -> Lib:
+def lib_of(dist: metadata.Distribution) -> Lib:
+    """The files of an installed distribution that go into ``lib/``; native code is refused."""
     name = dist.metadata["Name"]
     files: dict[str, Path] = {}
     for item in dist.files or []:
@@ -250,8 +260,7 @@ def oldest_python(libs: Sequence[Lib]) -> tuple[int, int]:
     """The oldest CPython 3.x the libs run on: within every Requires-Python, and with no
     requirement that applies there (``tomli; python_version < "3.11"``) left out."""
     have = {canonicalize_name(lib.name) for lib in libs}
-    requirements = [Requirement(r) for r in OFFLINE_NEEDS]
-    requirements += [Requirement(r) for lib in libs for r in lib.requirements]
+    requirements = [Requirement(r) for lib in libs for r in lib.requirements]
     current = sys.version_info[1]
     for minor in range(8, current + 1):
         version = f"3.{minor}"
@@ -265,6 +274,20 @@ def oldest_python(libs: Sequence[Lib]) -> tuple[int, int]:
         if fits and not missing:
             return 3, minor
     return 3, current
+
+
+# Past 4 GiB or 65,535 members a zip needs its zip64 records, which zipimport reads from
+# Python 3.13 on; the margin covers the headers and the central directory.
+ZIP32_BYTES = 0xFFFFFFFF - (64 << 20)
+ZIP32_MEMBERS = 0xFFFF - 16
+
+
+def zip_requires(size: int, members: int, requires: tuple[int, int]) -> tuple[int, int]:
+    """``requires``, raised to 3.13 when the archive of ``members`` files of ``size`` bytes
+    in all needs zip64, which older zipimport cannot read."""
+    if size > ZIP32_BYTES or members > ZIP32_MEMBERS:
+        return max(requires, (3, 13))
+    return requires
 
 
 def _interpreter() -> str:
