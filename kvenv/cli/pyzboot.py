@@ -17,6 +17,11 @@ Then the archive's ``lib/`` (kvenv and its pure-Python dependencies) goes first 
 file's kvenv on ``sys.path`` and leaves ``activate()`` (activate the applied profile in this
 interpreter) and ``profile`` (the profile's file, unpacked) in the namespace it returns.
 
+A file that passed is sealed: its device, inode, size, mtime and ctime and its sha256 are
+recorded in the user's cache (:func:`seal_file`), and a later run of the unchanged file skips
+the hash (``verify`` and ``apply --repair`` always hash it). Any write moves the ctime, which
+no user-level call can set back, so a changed file is hashed again and refused.
+
 This self-check guards against a damaged or altered copy; whether the copy is the one that was
 built is what the whole-file sha256 that ``kvenv bundle`` printed answers
 (``sha256sum FILE``, or ``--sha256 HEX``, checked here). Kept tiny, on purpose: it is the one
@@ -79,29 +84,82 @@ def digests(path: str) -> tuple[str, str, str]:
     return carried, body.hexdigest(), whole.hexdigest()
 
 
-def file_problem(path: str, expected: str | None = None) -> str | None:
+def file_problem(path: str, expected: str | None = None) -> tuple[str | None, str]:
     """Why the file at ``path`` is not intact (or not the one whose whole-file sha256 is
-    ``expected``), or None."""
+    ``expected``), or None; and the whole file's sha256."""
     try:
         carried, actual, whole = digests(path)
     except OSError as error:
-        return f"cannot read {path}: {error.strerror or error}"
+        return f"cannot read {path}: {error.strerror or error}", ""
     if not carried:
         return (
             f"{path} is not a kvenv single-file bundle, or it was cut or extended (it does "
             f"not end with its sha256)\nhint: {HINT}"
-        )
+        ), whole
     if carried != actual:
         return (
             f"{path} is damaged or was changed: its bytes hash to sha256 {actual}, not to the "
             f"{carried} it carries; nothing was unpacked or run\nhint: {HINT}"
-        )
-    if expected is not None and expected.lower() != whole:
-        return (
-            f"{path} is intact but is not the file you expected: its sha256 is {whole}, not "
-            f"{expected}\nhint: check which file you attached"
-        )
-    return None
+        ), whole
+    return _unexpected(path, whole, expected), whole
+
+
+def _unexpected(path: str, whole: str, expected: str | None) -> str | None:
+    if expected is None or expected.lower() == whole:
+        return None
+    return (
+        f"{path} is intact but is not the file you expected: its sha256 is {whole}, not "
+        f"{expected}\nhint: check which file you attached"
+    )
+
+
+def seal_file(path: str) -> str:
+    """Where the seal of the file at ``path`` is kept: the user's cache, never the file's
+    directory (a Kaggle dataset is read-only)."""
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    key = hashlib.sha256(os.path.realpath(path).encode("utf-8", "surrogateescape")).hexdigest()
+    return os.path.join(base, "kvenv", "single-file", "seals", key[:32] + ".json")
+
+
+def _identity(st: os.stat_result) -> list[int]:
+    return [st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns]
+
+
+def sealed_digest(path: str) -> str | None:
+    """The whole sha256 of the file at ``path`` when an earlier run checked it in full and
+    it is unchanged since (same device, inode, size, mtime and ctime); else None."""
+    import json
+
+    try:
+        with open(seal_file(path), encoding="utf-8") as stream:
+            data = json.load(stream)
+        identity = _identity(os.stat(path))
+    except (OSError, ValueError):
+        return None
+    if not isinstance(data, dict) or data.get("identity") != identity:
+        return None
+    whole = data.get("sha256")
+    return whole if isinstance(whole, str) and len(whole) == HEX else None
+
+
+def write_seal(path: str, before: os.stat_result, whole: str) -> None:
+    """Record that the file at ``path``, as ``before`` says it was, hashed to ``whole`` and
+    passed; nothing when it changed while it was hashed or the seal cannot be written."""
+    import json
+
+    try:
+        identity = _identity(os.stat(path))
+        if identity != _identity(before):
+            return
+        target = seal_file(path)
+        os.makedirs(os.path.dirname(target), exist_ok=True)
+        part = f"{target}.{os.getpid()}.tmp"
+        with open(part, "w", encoding="utf-8") as stream:
+            seal = {"file": os.path.realpath(path), "identity": identity, "sha256": whole}
+            json.dump(seal, stream)
+        os.replace(part, target)
+    except OSError:
+        pass
 
 
 def refuse(message: str) -> int:
@@ -125,16 +183,28 @@ def _expected(argv: list[str]) -> tuple[str | None, list[str]]:
 
 def checked(argv: list[str]) -> tuple[str, str, list[str]] | int:
     """The file's path, its whole sha256 and the command line left, once the interpreter and
-    the file passed; else the exit code of the refusal (already reported)."""
+    the file passed; else the exit code of the refusal (already reported). A file sealed by
+    an earlier full check and unchanged since is not hashed again, except for ``verify`` and
+    ``apply --repair``, which hash it in full."""
     path = archive()
     problem = interpreter_problem(os.path.basename(path))
     if problem is not None:
         return refuse(problem)
     expected, rest = _expected(argv)
-    problem = file_problem(path, expected)
+    full = rest[:1] == ["verify"] or "--repair" in rest
+    whole = None if full else sealed_digest(path)
+    if whole is not None:
+        problem = _unexpected(path, whole, expected)
+    else:
+        try:
+            before = os.stat(path)
+        except OSError as error:
+            return refuse(f"cannot read {path}: {error.strerror or error}")
+        problem, whole = file_problem(path, expected)
+        if problem is None:
+            write_seal(path, before, whole)
     if problem is not None:
         return refuse(problem)
-    whole = digests(path)[2] if expected is None else expected.lower()
     if os.path.join(path, "lib") not in sys.path:
         sys.path.insert(0, os.path.join(path, "lib"))
     return path, whole, rest

@@ -170,3 +170,24 @@ def test_a_cut_or_extended_file_is_refused(made: tuple[Path, Path, str], tmp_pat
         assert done.returncode == 2, (label, done.stderr)
         assert "cut or extended" in done.stderr, (label, done.stderr)
         assert not (tmp_path / "home").exists()
+
+
+def test_a_sealed_file_changed_in_place_is_hashed_again_and_refused(
+    made: tuple[Path, Path, str], tmp_path: Path
+) -> None:
+    pyz, python, _ = made
+    copy = tmp_path / "input" / pyz.name
+    copy.parent.mkdir()
+    shutil.copy2(pyz, copy)
+    first = _offline(f"{python} -I {copy} --about", copy, tmp_path)
+    assert first.returncode == 0, first.stderr
+    seals = tmp_path / "home" / ".cache" / "kvenv" / "single-file" / "seals"
+    assert len(list(seals.glob("*.json"))) == 1  # checked in full once, then sealed
+    where = _places(copy)["a wheel"]
+    with open(copy, "r+b") as stream:  # same size, same path: only the ctime tells
+        stream.seek(where)
+        byte = stream.read(1)
+        stream.seek(where)
+        stream.write(bytes([byte[0] ^ 0x01]))
+    again = _offline(f"{python} -I {copy} --about", copy, tmp_path)
+    assert again.returncode == 2 and "damaged or was changed" in again.stderr, again.stderr

@@ -112,8 +112,8 @@ def test_the_file_holds_the_bundle_kvenv_and_its_verifier(built: SingleFile) -> 
     assert manifest["requires_python"] == list(built.requires)
     assert {d["name"] for d in manifest["left_out"]} == set(LEFT_OUT)
     # the verifier passes the file as built; the digest it carries covers all but itself
-    assert pyzboot.file_problem(str(built.path)) is None
-    assert pyzboot.file_problem(str(built.path), built.sha256) is None
+    assert pyzboot.file_problem(str(built.path)) == (None, built.sha256)
+    assert pyzboot.file_problem(str(built.path), built.sha256) == (None, built.sha256)
     carried, body, whole = pyzboot.digests(str(built.path))
     assert carried == body and whole == built.sha256
 
