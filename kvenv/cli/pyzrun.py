@@ -3,7 +3,7 @@
 
 Each command is kvenv's own, run on the file's profile: its small files (profile, lock, host
 snapshot) are unpacked into a per-digest directory of the user cache
-(:func:`kvenv.fetch.pyz.unpack_project`), and ``apply`` first streams the wheels the artifact
+(:func:`kvenv.fetch.pyzread.unpack_project`), and ``apply`` first streams the wheels the artifact
 cache lacks from the file into that cache, checked on the way, then applies with
 ``--offline``. The host interpreter is the one running the file unless ``--python`` or
 ``$KVENV_PYTHON`` names another.
@@ -19,14 +19,14 @@ if TYPE_CHECKING:
     from pathlib import Path
     from typing import Any
 
-    from kvenv.fetch.pyz import OpenedFile
+    from kvenv.fetch.pyzread import OpenedFile
 
 COMMANDS = ("apply", "verify", "activate", "status", "plan")
 _HOSTED = ("apply", "verify", "status", "plan")  # the commands that take --python
 
 
 def _usage(name: str, opened: OpenedFile) -> str:
-    profile = opened.index.profile.name
+    profile = opened.profile_name
     return (
         f"usage: python {name} {{{','.join(COMMANDS)}}} [options] | --about\n\n"
         f"kvenv {opened.manifest.get('kvenv_version', '?')} with the profile {profile}, its lock "
@@ -47,7 +47,7 @@ def run_file(archive: str, sha256: str, argv: list[str]) -> int:
     from kvenv.cli import main
     from kvenv.cli._io import err, out, report_kvenv_error
     from kvenv.errors import KvenvError, UsageError
-    from kvenv.fetch.pyz import open_single_file
+    from kvenv.fetch.pyzread import open_single_file
 
     path = Path(archive)
     name = path.name
@@ -65,7 +65,7 @@ def run_file(archive: str, sha256: str, argv: list[str]) -> int:
                 f"{name} runs {', '.join(COMMANDS)} (and --about), not {command!r}",
                 hint=f"python {name} --help",
             )
-        rest = _without_profile(rest, opened.index.profile.name, name)
+        rest = _without_profile(rest, opened.profile_name, name)
         profile = _profile_file(opened, rest)
         if command in _HOSTED and not _named_python(rest):
             rest += ["--python", sys.executable]
@@ -115,13 +115,13 @@ def _named_python(rest: list[str]) -> bool:
 
 
 def _profile_file(opened: OpenedFile, rest: list[str]) -> Path:
-    from kvenv.fetch.pyz import unpack_project
+    from kvenv.fetch.pyzread import unpack_project
     from kvenv.model.places import user_cache_dir
 
     # Not $KVENV_CACHE_DIR nor --cache: every command of this file must name the same profile
     # file, which a runtime root records as its owner.
     directory = unpack_project(opened, user_cache_dir())
-    return directory / opened.index.profile.file
+    return directory / opened.profile_file
 
 
 def _stream(opened: OpenedFile, profile: Path, rest: list[str]) -> None:
@@ -146,12 +146,12 @@ def about(opened: OpenedFile) -> str:
     was left out, and the file's sha256."""
     manifest = opened.manifest
     major, minor = manifest.get("requires_python", [3, 10])
-    wheels = opened.index.artifacts
-    size = sum(a.size for a in wheels)
+    wheels = opened.artifacts
+    size = sum(int(a.get("size", 0)) for a in wheels)
     lines = [
         f"{opened.path.name}: kvenv single-file bundle (kvenv {manifest.get('kvenv_version')})",
         f"  sha256:  {opened.sha256}",
-        f"  profile: {opened.index.profile.name} ({len(wheels)} wheel(s), {size / 1e6:.1f} MB)",
+        f"  profile: {opened.profile_name} ({len(wheels)} wheel(s), {size / 1e6:.1f} MB)",
         f"  runs on: CPython {major}.{minor} or newer (built with {manifest.get('built_with')})",
         "  kvenv and the pure-Python dependencies in the file: "
         + ", ".join(f"{d['name']} {d['version']}" for d in manifest.get("included", [])),
@@ -166,7 +166,7 @@ def in_process(archive: str, sha256: str) -> dict[str, Any]:
     unpacked ``profile`` and ``activate()``, which activates it in this interpreter."""
     from pathlib import Path
 
-    from kvenv.fetch.pyz import open_single_file
+    from kvenv.fetch.pyzread import open_single_file
 
     opened = open_single_file(Path(archive), sha256)
     profile = _profile_file(opened, [])

@@ -14,10 +14,10 @@ Layout of the file (a zip archive; see ``docs/bundles.md``)::
                                  the 64 hex digits; the verifier checks it before anything else
 
 :func:`make_single_file` builds it: the directory bundle into a temporary directory, then the
-archive next to ``out`` and renamed into place. :func:`unpack_project` and
-:func:`stream_artifacts` are the reading side, used after the verifier passed: the small files
-(profile, lock, snapshot) into a per-digest directory of the user cache, and the wheels an
-apply needs streamed, hash-checked, into the artifact cache (never unpacked elsewhere).
+archive next to ``out`` and renamed into place. The reading side, used after the verifier
+passed: :mod:`kvenv.fetch.pyzread` (the small files, profile, lock, snapshot, into a
+per-digest directory of the user cache) and :func:`stream_artifacts` (the wheels an apply
+needs streamed, hash-checked, into the artifact cache, never unpacked elsewhere).
 """
 
 from __future__ import annotations
@@ -26,7 +26,6 @@ import hashlib
 import io
 import json
 import os
-import re
 import shutil
 import sys
 import tempfile
@@ -46,14 +45,13 @@ from kvenv import __version__
 from kvenv._util.hashing import copy_hashing, sha256_file
 from kvenv._util.progress import Progress
 from kvenv.errors import InputError, IntegrityError
-from kvenv.fetch.bundle import INDEX, SUMS, WHEELS, BundleIndex, make_bundle
+from kvenv.fetch.bundle import INDEX, SUMS, WHEELS, BundledArtifact, BundleIndex, make_bundle
 from kvenv.fetch.cache import ArtifactCache
+from kvenv.fetch.pyzread import BUNDLE_DIR, MANIFEST, OpenedFile
 from kvenv.model import convert
 from kvenv.model.loading import LoadedProfile
 
-MANIFEST = "kvenv-pyz.json"
 PYZ_KIND = "kvenv-pyz"
-BUNDLE_DIR = "bundle"
 LIB = "lib"
 MARK = b"kvenv-pyz sha256="
 REQUIRES_LINE = "REQUIRES = (3, 10)  # oldest CPython: set by kvenv bundle --single-file"
@@ -304,6 +302,10 @@ def _write_archive(
         for lib in libs:  # first: zipimport before 3.13 reads no zip64 offsets
             for name, path in sorted(lib.files.items()):
                 _add_file(archive, f"{LIB}/{name}", path, compress=True)
+                if name.endswith(".py"):
+                    code = _bytecode(path, f"{LIB}/{name}")
+                    if code is not None:
+                        _add(archive, f"{LIB}/{name}c", code, compress=True)
         files = sorted(p for p in bundle.rglob("*") if p.is_file())
         for path in sorted(files, key=lambda p: p.relative_to(bundle).parts[0] == WHEELS):
             relative = path.relative_to(bundle).as_posix()
@@ -313,6 +315,28 @@ def _write_archive(
 
 
 _EPOCH = (1980, 1, 1, 0, 0, 0)
+
+
+def _bytecode(source: Path, name: str) -> bytes | None:
+    """``source`` compiled for this interpreter, as an unchecked hash-based ``.pyc`` (the
+    whole file is verified before any of it is imported): zipimport takes ``x.pyc`` beside
+    ``x.py`` when its magic number is this interpreter's, and compiles ``x.py`` otherwise.
+    None for a module this interpreter cannot compile (written for a newer Python)."""
+    import py_compile
+
+    with tempfile.TemporaryDirectory(prefix="kvenv-pyc-") as scratch:
+        target = Path(scratch) / "module.pyc"
+        try:
+            py_compile.compile(
+                str(source),
+                cfile=str(target),
+                dfile=name,
+                doraise=True,
+                invalidation_mode=py_compile.PycInvalidationMode.UNCHECKED_HASH,
+            )
+        except py_compile.PyCompileError:
+            return None
+        return target.read_bytes()
 
 
 def _info(name: str, compress: bool) -> zipfile.ZipInfo:
@@ -358,71 +382,6 @@ def seal_archive(path: Path) -> str:
 # --- reading (after the verifier passed) ------------------------------------------------------
 
 
-@attrs.frozen
-class OpenedFile:
-    """A verified single file, opened: its manifest and its bundle's index."""
-
-    path: Path
-    sha256: str
-    manifest: dict[str, Any]
-    index: BundleIndex
-    sums: dict[str, str]
-
-
-def open_single_file(path: Path, sha256: str) -> OpenedFile:
-    """Read the manifest, ``bundle.json`` and ``SHA256SUMS`` of a file the verifier passed."""
-    with zipfile.ZipFile(path) as archive:
-        manifest = json.loads(archive.read(MANIFEST))
-        index_data = json.loads(archive.read(f"{BUNDLE_DIR}/{INDEX}"))
-        sums_text = archive.read(f"{BUNDLE_DIR}/{SUMS}").decode("utf-8")
-    where = f"{path}:{BUNDLE_DIR}/{INDEX}"
-    index = convert.structure(index_data, BundleIndex, file=where, what="bundle index")
-    sums: dict[str, str] = {}
-    for line in sums_text.splitlines():
-        match = re.fullmatch(r"([0-9a-f]{64}) [ *](.+)", line)
-        if match is not None:
-            sums[match.group(2)] = match.group(1)
-    return OpenedFile(Path(path), sha256, manifest, index, sums)
-
-
-def project_dir(opened: OpenedFile, cache_root: Path) -> Path:
-    """Where the file's small files are unpacked: one directory per file digest."""
-    return cache_root / "single-file" / opened.sha256[:24]
-
-
-def unpack_project(opened: OpenedFile, cache_root: Path) -> Path:
-    """The bundle's files but its wheels (profile, lock, snapshot, index, sums) in a
-    per-digest directory of ``cache_root``, each checked against SHA256SUMS; unpacked again
-    when one is missing or differs. Returns that directory."""
-    directory = project_dir(opened, cache_root)
-    wanted = {rel: sha for rel, sha in opened.sums.items() if not rel.startswith(WHEELS + "/")}
-    if all(_matches(directory / rel, sha) for rel, sha in wanted.items()):
-        return directory
-    directory.parent.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(dir=directory.parent, prefix=f".{directory.name}-"))
-    try:
-        with zipfile.ZipFile(opened.path) as archive:
-            for rel in [*wanted, SUMS]:
-                dest = staging / rel
-                dest.parent.mkdir(parents=True, exist_ok=True)
-                dest.write_bytes(archive.read(f"{BUNDLE_DIR}/{rel}"))
-                if rel in wanted and not _matches(dest, wanted[rel]):
-                    raise IntegrityError(f"{opened.path}: {BUNDLE_DIR}/{rel} differs from {SUMS}")
-        if directory.exists():
-            shutil.rmtree(directory)
-        os.replace(staging, directory)
-    finally:
-        shutil.rmtree(staging, ignore_errors=True)
-    return directory
-
-
-def _matches(path: Path, sha256: str) -> bool:
-    try:
-        return sha256_file(path)[0] == sha256
-    except OSError:
-        return False
-
-
 def stream_artifacts(
     opened: OpenedFile, cache: Path, *, progress: Progress | None = None
 ) -> list[str]:
@@ -448,8 +407,10 @@ def stream_artifacts(
     return streamed
 
 
-def _artifacts(opened: OpenedFile) -> Iterator[Any]:
-    for item in opened.index.artifacts:
+def _artifacts(opened: OpenedFile) -> Iterator[BundledArtifact]:
+    where = f"{opened.path}:{BUNDLE_DIR}/{INDEX}"
+    index = convert.structure(opened.index, BundleIndex, file=where, what="bundle index")
+    for item in index.artifacts:
         if opened.sums.get(item.file) != item.sha256:
             raise IntegrityError(
                 f"{opened.path}: {item.file} differs from the bundle's {SUMS}",

@@ -27,11 +27,10 @@ from kvenv.fetch.pyz import (
     lib_of,
     make_single_file,
     oldest_python,
-    open_single_file,
     stream_artifacts,
-    unpack_project,
     zip_requires,
 )
+from kvenv.fetch.pyzread import open_single_file, unpack_project
 from tests.support.applyenv import local_project
 
 
@@ -130,7 +129,7 @@ def test_the_project_is_unpacked_again_when_a_file_of_it_changed(
 ) -> None:
     opened = open_single_file(built.path, built.sha256)
     directory = unpack_project(opened, tmp_path)
-    profile = directory / opened.index.profile.file
+    profile = directory / opened.profile_file
     original = profile.read_bytes()
     assert not (directory / "wheels").exists()  # wheels go to the artifact cache, not here
     profile.write_bytes(original + b"# edited\n")
@@ -141,11 +140,22 @@ def test_the_project_is_unpacked_again_when_a_file_of_it_changed(
 def test_only_the_wheels_the_cache_lacks_are_streamed(built: SingleFile, tmp_path: Path) -> None:
     opened = open_single_file(built.path, built.sha256)
     first = stream_artifacts(opened, tmp_path / "cache")
-    assert sorted(first) == sorted(a.filename for a in opened.index.artifacts)
+    assert sorted(first) == sorted(a["filename"] for a in opened.artifacts)
     assert stream_artifacts(opened, tmp_path / "cache") == []
     cache = ArtifactCache(tmp_path / "cache")
-    for item in opened.index.artifacts:
-        assert cache.lookup(item.sha256, item.size, item.filename, rehash=True) is not None
+    for item in opened.artifacts:
+        found = cache.lookup(item["sha256"], item["size"], item["filename"], rehash=True)
+        assert found is not None
+
+
+def test_the_reader_names_the_bundle_files_as_the_bundle_does() -> None:
+    from kvenv.fetch import bundle, pyzread
+
+    assert (pyzread._INDEX, pyzread._SUMS, pyzread._WHEELS) == (
+        bundle.INDEX,
+        bundle.SUMS,
+        bundle.WHEELS,
+    )
 
 
 def test_a_directory_is_not_a_file_to_write(tmp_path: Path) -> None:
