@@ -125,20 +125,43 @@ def _profile_file(opened: OpenedFile, rest: list[str]) -> Path:
 
 
 def _stream(opened: OpenedFile, profile: Path, rest: list[str]) -> None:
-    """Stream the wheels the artifact cache this apply uses lacks from the file into it."""
+    """Stream the wheels that the artifact cache this apply uses lacks from the file into it;
+    when none is missing (a repeated apply) nothing but a ``stat`` per wheel is paid."""
+    from kvenv.fetch.cache import ArtifactCache
+
+    cache = _apply_cache(profile, rest)
+    store = ArtifactCache(cache)
+    wanted = opened.artifacts
+    if all(store.lookup(a["sha256"], a["size"], a["filename"], rehash=False) for a in wanted):
+        return
+    from kvenv.fetch.pyz import stream_artifacts
+
+    stream_artifacts(opened, cache)
+
+
+def _apply_cache(profile: Path, rest: list[str]) -> Path:
+    """The artifact cache ``apply`` will use: ``--cache``, ``$KVENV_CACHE_DIR``, the profile's
+    ``[paths] cache``, else the user cache (kvenv.model.places, as apply resolves it)."""
     import argparse
 
-    from kvenv.fetch.pyz import stream_artifacts
-    from kvenv.model.loading import load_profile
-    from kvenv.model.locations import resolve_locations
+    from kvenv._util import tomlio
+    from kvenv.model.places import choose_places
 
     parser = argparse.ArgumentParser(add_help=False)
     parser.add_argument("--root")
     parser.add_argument("--cache")
     known, _ = parser.parse_known_args(rest)
-    loaded = load_profile(str(profile))
-    locations = resolve_locations(loaded.profile, root=known.root, cache=known.cache)
-    stream_artifacts(opened, locations.cache)
+    data = tomlio.loads(profile.read_text(encoding="utf-8"), file=str(profile))
+    paths = data.get("paths", {})
+    _, _, cache, _ = choose_places(
+        str(data.get("name", "")),
+        root=known.root,
+        cache=known.cache,
+        configured_root=paths.get("root"),
+        configured_cache=paths.get("cache"),
+        environ=os.environ,
+    )
+    return cache
 
 
 def about(opened: OpenedFile) -> str:

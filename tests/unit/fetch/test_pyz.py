@@ -162,3 +162,32 @@ def test_a_directory_is_not_a_file_to_write(tmp_path: Path) -> None:
     project = local_project(tmp_path / "proj")
     with pytest.raises(InputError, match="--single-file wants a file"):
         make_single_file(project.loaded(), tmp_path, boot=_boot(), cache=tmp_path / "c")
+
+
+@pytest.mark.parametrize("flag", [None, "flag-cache"])
+@pytest.mark.parametrize("variable", [None, "env-cache"])
+@pytest.mark.parametrize("paths", [None, "paths-cache"])
+def test_the_file_streams_into_the_cache_apply_uses(
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    flag: str | None,
+    variable: str | None,
+    paths: str | None,
+) -> None:
+    from kvenv.cli.pyzrun import _apply_cache
+    from kvenv.model.loading import load_profile
+    from kvenv.model.locations import resolve_locations
+
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+    monkeypatch.delenv("KVENV_CACHE_DIR", raising=False)
+    if variable:
+        monkeypatch.setenv("KVENV_CACHE_DIR", str(tmp_path / variable))
+    profile = local_project(tmp_path / "proj").profile_path
+    assert "[paths]" not in profile.read_text()
+    if paths:
+        profile.write_text(profile.read_text() + f'[paths]\ncache = "{tmp_path / paths}"\n')
+    rest = ["--cache", str(tmp_path / flag)] if flag else []
+    expected = resolve_locations(
+        load_profile(str(profile)).profile, cache=str(tmp_path / flag) if flag else None
+    ).cache
+    assert _apply_cache(profile, rest) == expected
