@@ -44,7 +44,7 @@ def run_file(archive: str, sha256: str, argv: list[str]) -> int:
     """Run ``argv`` (the command line after the file's name) on the verified file."""
     from pathlib import Path
 
-    from kvenv.cli import main
+    from kvenv.cli import exit_code_for, main
     from kvenv.cli._io import err, out, report_kvenv_error
     from kvenv.errors import KvenvError, UsageError
     from kvenv.fetch.pyzread import open_single_file
@@ -74,7 +74,7 @@ def run_file(archive: str, sha256: str, argv: list[str]) -> int:
             if "--offline" not in rest:
                 rest.append("--offline")
     except KvenvError as error:
-        return report_kvenv_error(error, 2, as_json="--json" in argv)
+        return report_kvenv_error(error, exit_code_for(error), as_json="--json" in argv)
     except OSError as error:
         err(f"kvenv: error: {error.strerror or error}: {error.filename or path}")
         return 2

@@ -191,3 +191,57 @@ def test_a_sealed_file_changed_in_place_is_hashed_again_and_refused(
         stream.write(bytes([byte[0] ^ 0x01]))
     again = _offline(f"{python} -I {copy} --about", copy, tmp_path)
     assert again.returncode == 2 and "damaged or was changed" in again.stderr, again.stderr
+
+
+def _other_python(version: str) -> str | None:
+    """The executable of another CPython ``version`` on this machine (on PATH, or one that
+    pyenv installed), if there is one."""
+    candidates = [shutil.which(f"python{version}")]
+    candidates += sorted(Path.home().glob(f".pyenv/versions/{version}.*/bin/python{version}"))
+    for found in candidates:
+        if found is None:
+            continue
+        done = subprocess.run(
+            [found, "-c", "import sys; print(sys.executable)"], capture_output=True, text=True
+        )
+        if done.returncode == 0:
+            return done.stdout.strip()
+    return None
+
+
+def test_an_older_python_is_refused_with_one_message(
+    made: tuple[Path, Path, str], tmp_path: Path
+) -> None:
+    pyz, _, _ = made
+    about = _offline(f"{made[1]} -I {pyz} --about", pyz, tmp_path)
+    oldest = about.stdout.split("runs on: CPython ", 1)[1].split()[0]
+    older = f"3.{int(oldest.split('.')[1]) - 1}"
+    python = _other_python(older)
+    if python is None:
+        pytest.skip(f"no python{older} on this machine")
+    refused = _offline(f"{python} -I {pyz} apply --root {tmp_path / 'root'}", pyz, tmp_path)
+    assert refused.returncode == 2
+    assert refused.stderr.startswith(f"kvenv: error: {pyz.name} runs on CPython {oldest} or newer")
+    assert "Traceback" not in refused.stderr and not (tmp_path / "root").exists()
+
+
+@pytest.mark.parametrize("version", ["3.12", "3.13"])
+def test_a_newer_python_runs_the_file_from_its_sources(
+    made: tuple[Path, Path, str], tmp_path: Path, version: str
+) -> None:
+    pyz, built_with, _ = made
+    python = _other_python(version)
+    if python is None:
+        pytest.skip(f"no python{version} on this machine")
+    done = subprocess.run([python, "-c", "import sys; print(sys.version_info[:2])"], text=True,
+                          capture_output=True)  # fmt: skip
+    mine = subprocess.run([built_with, "-c", "import sys; print(sys.version_info[:2])"],
+                          text=True, capture_output=True)  # fmt: skip
+    if done.stdout == mine.stdout:
+        pytest.skip(f"python{version} is the one the file was built with")
+    root = tmp_path / "root"
+    applied = _offline(f"{python} -I {pyz} apply --root {root}", pyz, tmp_path)
+    assert applied.returncode == 0, applied.stderr
+    assert f"host python: {python} (from --python)" in applied.stdout
+    status = _offline(f"{python} -I {pyz} status --root {root}", pyz, tmp_path)
+    assert status.returncode == 0 and "current: yes" in status.stdout, status.stderr

@@ -191,3 +191,23 @@ def test_the_file_streams_into_the_cache_apply_uses(
         load_profile(str(profile)).profile, cache=str(tmp_path / flag) if flag else None
     ).cache
     assert _apply_cache(profile, rest) == expected
+
+
+def test_the_command_line_takes_a_directory_or_a_file_not_both(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from kvenv.cli import main
+
+    project = local_project(tmp_path / "proj")
+    both = ["bundle", str(project.profile_path), "-o", str(tmp_path / "d")]
+    assert main([*both, "--single-file", str(tmp_path / "f.pyz")]) == 2
+    assert "either -o DIR (a directory) or --single-file FILE" in capsys.readouterr().err
+    made = main(
+        ["bundle", str(project.profile_path), "--single-file", str(tmp_path / "f.pyz"),
+         "--cache", str(tmp_path / "c"), "--json"]
+    )  # fmt: skip
+    assert made == 0
+    data = json.loads(capsys.readouterr().out)
+    assert data["path"] == str(tmp_path / "f.pyz") and data["artifacts"] == 2
+    assert data["requires_python"].startswith("CPython >= 3.")
+    assert pyzboot.file_problem(data["path"], data["sha256"]) == (None, data["sha256"])
