@@ -12,10 +12,14 @@ until it has checked the interpreter and the whole file:
    refused with one message, before anything is read from the archive, imported or unpacked.
 
 Then the archive's ``lib/`` (kvenv and its pure-Python dependencies) goes first on
-``sys.path`` and :mod:`kvenv.cli.pyzrun` runs the command. Run through
-``runpy.run_path(FILE, run_name="kvenv_pyz")`` (in a notebook) it checks the same, puts the
-file's kvenv on ``sys.path`` and leaves ``activate()`` (activate the applied profile in this
-interpreter) and ``profile`` (the profile's file, unpacked) in the namespace it returns.
+``sys.path`` and :mod:`kvenv.cli.pyzrun` runs the command.
+
+Run through ``runpy.run_path(FILE, run_name="kvenv_pyz")`` (in a notebook kernel) it imports
+nothing from the archive into that process, whose own packages (attrs, packaging, ...) must
+not be shadowed: it checks the interpreter and leaves ``activate(root=None)`` in the namespace
+it returns, which runs ``python FILE activate --shell json`` in a child (the file is checked
+there) and applies the result here as ``kvenv.activate()`` does (the generation's directories
+ahead of site-packages, their ``.pth`` files run, the variables set).
 
 A file that passed is sealed: its device, inode, size, mtime and ctime and its sha256 are
 recorded in the user's cache (:func:`seal_file`), and a later run of the unchanged file skips
@@ -223,16 +227,48 @@ def main() -> int:
     return code
 
 
-def load() -> None:
-    """``runpy.run_path(FILE, run_name="kvenv_pyz")``: check, then offer ``activate()`` and
-    ``profile`` in the namespace; a refused file raises SystemExit with its message."""
-    done = checked([])
-    if isinstance(done, int):
-        raise SystemExit(done)
+def activate_here(root: str | None = None) -> bool:
+    """Activate the file's applied profile in this interpreter (and, through ``os.environ``,
+    its children), as ``kvenv.activate()`` does; ``root``: the runtime root (default: as
+    ``python FILE activate`` finds it). Raises RuntimeError with kvenv's message when the file
+    is refused or nothing is applied."""
     import importlib
+    import json
+    import site
+    import subprocess
 
-    runner = importlib.import_module("kvenv.cli.pyzrun")
-    globals().update(runner.in_process(done[0], done[1]))
+    argv = [sys.executable, archive(), "activate", "--shell", "json"]
+    done = subprocess.run(argv + (["--root", str(root)] if root else []), capture_output=True)
+    if done.returncode != 0:
+        raise RuntimeError(done.stderr.decode("utf-8", "replace").strip())
+    data = json.loads(done.stdout)
+    prepend = data.get("prepend", {})
+    entries = list(prepend.get("PYTHONPATH", []))
+    before = list(sys.path)
+    for entry in entries:  # as kvenv.env.activation.activate_in_process
+        if entry in sys.path:
+            sys.path.remove(entry)
+        site.addsitedir(entry)  # runs the .pth files, import lines included
+    new = [p for p in sys.path if p not in before]
+    front = entries + [p for p in new if p not in entries]
+    sys.path[:] = front + [p for p in sys.path if p not in front]
+    for name, values in prepend.items():
+        current = [e for e in os.environ.get(name, "").split(os.pathsep) if e]
+        os.environ[name] = os.pathsep.join(values + [e for e in current if e not in values])
+    for name, value in data.get("set", {}).items():
+        os.environ[name] = value
+    importlib.invalidate_caches()
+    return True
+
+
+def load() -> None:
+    """``runpy.run_path(FILE, run_name="kvenv_pyz")``: refuse another interpreter (SystemExit
+    with the message), else leave :func:`activate_here` in the namespace as ``activate``. Imports nothing from the
+    archive."""
+    problem = interpreter_problem(os.path.basename(archive()))
+    if problem is not None:
+        raise SystemExit(refuse(problem))
+    globals()["activate"] = activate_here  # the name a notebook calls: pyz["activate"]()
 
 
 if __name__ == "__main__":

@@ -17,7 +17,6 @@ import sys
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from pathlib import Path
-    from typing import Any
 
     from kvenv.fetch.pyzread import OpenedFile
 
@@ -182,21 +181,3 @@ def about(opened: OpenedFile) -> str:
     ]
     lines += [f"    {d['name']}: {d['why']}" for d in manifest.get("left_out", [])]
     return "\n".join(lines)
-
-
-def in_process(archive: str, sha256: str) -> dict[str, Any]:
-    """What ``runpy.run_path(FILE, run_name="kvenv_pyz")`` leaves in its namespace: the
-    unpacked ``profile`` and ``activate()``, which activates it in this interpreter."""
-    from pathlib import Path
-
-    from kvenv.fetch.pyzread import open_single_file
-
-    opened = open_single_file(Path(archive), sha256)
-    profile = _profile_file(opened, [])
-
-    def activate() -> bool:
-        from kvenv.env.activation import activate_in_process
-
-        return activate_in_process(profile=str(profile))
-
-    return {"profile": str(profile), "activate": activate}

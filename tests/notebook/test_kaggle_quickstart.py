@@ -7,7 +7,8 @@ install takes the demo's wheels from the project (a path native and the lock's w
 offline part runs the single-file bundle (``kvenv bundle --single-file``) attached as Kaggle
 attaches a dataset (``<input>/kvenv-bundle/kvenv-demo.pyz``, ``<input>`` a read-only bind mount
 in the kernel's mount namespace) with the kernel's own python into a fresh root and cache, and
-a fresh ``python -I -S`` (no site-packages, so no kvenv) imports the overlay through the file.
+a fresh ``python -I -S`` (no site-packages, so no kvenv) activates through the file, imports
+the overlay and holds no module of the file.
 The ``demo`` project is tests/support/demo.py's.
 """
 
@@ -139,7 +140,7 @@ def test_the_quickstart_notebook_runs_online_then_offline(
     assert "applied demo: generation " in offline
     assert f"manifest: {work / 'kvenv-offline'}/generations/" in offline
     assert check == (
-        "offline runtime: True\nkvenv from the file: True\ndataset still read-only: True\n"
+        "offline runtime: True\nmodules from the file: []\ndataset still read-only: True\n"
     )
     manifests = list((work / "kvenv-offline").glob("generations/*/manifest.json"))
     assert len(manifests) == 1
