@@ -263,8 +263,8 @@ def activate_here(root: str | None = None) -> bool:
 
 def load() -> None:
     """``runpy.run_path(FILE, run_name="kvenv_pyz")``: refuse another interpreter (SystemExit
-    with the message), else leave :func:`activate_here` in the namespace as ``activate``. Imports nothing from the
-    archive."""
+    with the message), else leave :func:`activate_here` in the namespace as ``activate``.
+    Imports nothing from the archive."""
     problem = interpreter_problem(os.path.basename(archive()))
     if problem is not None:
         raise SystemExit(refuse(problem))

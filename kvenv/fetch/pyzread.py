@@ -113,7 +113,7 @@ def unpack_project(opened: OpenedFile, cache_root: Path) -> Path:
     when one is missing or differs. Returns that directory."""
     directory = project_dir(opened, cache_root)
     wanted = {rel: sha for rel, sha in opened.sums.items() if not rel.startswith(_WHEELS + "/")}
-    if all(_matches(directory / rel, sha) for rel, sha in wanted.items()):
+    if _complete(directory, wanted):
         return directory
     directory.parent.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(dir=directory.parent, prefix=f".{directory.name}-"))
@@ -125,12 +125,22 @@ def unpack_project(opened: OpenedFile, cache_root: Path) -> Path:
                 dest.write_bytes(archive.read(f"{BUNDLE_DIR}/{rel}"))
                 if rel in wanted and not _matches(dest, wanted[rel]):
                     raise IntegrityError(f"{opened.path}: {BUNDLE_DIR}/{rel} differs from {_SUMS}")
+        if _complete(directory, wanted):  # another process unpacked it meanwhile
+            return directory
         if directory.exists():
-            shutil.rmtree(directory)
-        os.replace(staging, directory)
+            shutil.rmtree(directory)  # damaged: nothing reads it as it is
+        try:
+            os.replace(staging, directory)
+        except OSError:
+            if not _complete(directory, wanted):
+                raise
     finally:
         shutil.rmtree(staging, ignore_errors=True)
     return directory
+
+
+def _complete(directory: Path, wanted: dict[str, str]) -> bool:
+    return all(_matches(directory / rel, sha) for rel, sha in wanted.items())
 
 
 def _matches(path: Path, sha256: str) -> bool:

@@ -16,7 +16,7 @@ from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 
 from kvenv.cli import pyzboot
-from kvenv.errors import InputError
+from kvenv.errors import InputError, KvenvError
 from kvenv.fetch.cache import ArtifactCache
 from kvenv.fetch.pyz import (
     DISTRIBUTION,
@@ -211,3 +211,18 @@ def test_the_command_line_takes_a_directory_or_a_file_not_both(
     assert data["path"] == str(tmp_path / "f.pyz") and data["artifacts"] == 2
     assert data["requires_python"].startswith("CPython >= 3.")
     assert pyzboot.file_problem(data["path"], data["sha256"]) == (None, data["sha256"])
+
+
+def test_a_failed_build_leaves_the_old_file_and_no_temporary_one(tmp_path: Path) -> None:
+    project = local_project(tmp_path / "proj")
+    out = tmp_path / "out" / "kvenv-t.pyz"
+    out.parent.mkdir()
+    out.write_bytes(b"the previous file")
+    for wheel in (tmp_path / "proj" / "wheels").glob("*.whl"):
+        wheel.unlink()  # the artifacts are nowhere: the bundle cannot be made
+    with pytest.raises(KvenvError):
+        make_single_file(
+            project.loaded(), out, boot=_boot(), cache=tmp_path / "empty", offline=True
+        )
+    assert out.read_bytes() == b"the previous file"
+    assert sorted(p.name for p in out.parent.iterdir()) == ["kvenv-t.pyz"]
