@@ -147,7 +147,9 @@ def make_single_file(
         )
         members = [p for p in (work / BUNDLE_DIR).rglob("*") if p.is_file()]
         members += [p for lib in libs for p in lib.files.values()]
-        requires = zip_requires(sum(p.stat().st_size for p in members), len(members), requires)
+        modules = [p for p in members if p.suffix == ".py"]  # each with its bytecode, as big
+        size = sum(p.stat().st_size for p in [*members, *modules])
+        requires = zip_requires(size, len(members) + len(modules) + 2, requires)
         included = [(lib.name, lib.version) for lib in libs]
         manifest = {
             "schema": 1,
@@ -296,6 +298,16 @@ def _interpreter() -> str:
 def _write_archive(
     part: Path, main: str, manifest: dict[str, Any], bundle: Path, libs: Iterable[Lib]
 ) -> None:
+    libs = list(libs)
+    owners: dict[str, str] = {}
+    for lib in libs:
+        for name in lib.files:
+            other = owners.setdefault(name, lib.name)
+            if other != lib.name:
+                raise InputError(
+                    f"{lib.name} and {other} both ship {name}; the single file cannot hold both",
+                    hint="uninstall one of them from the environment that builds the file",
+                )
     with zipfile.ZipFile(part, "w") as archive:
         _add(archive, "__main__.py", main.encode(), compress=False)
         _add(archive, MANIFEST, (json.dumps(manifest, indent=2) + "\n").encode(), compress=True)
