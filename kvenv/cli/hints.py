@@ -19,11 +19,14 @@ _PROGRAM: list[str] = ["kvenv"]
 _IMPLIED: list[str] = []
 
 
-def run_as(program: Sequence[str], profile: str | None = None) -> None:
+def run_as(program: Sequence[str], profile: str | None = None) -> tuple[list[str], str | None]:
     """Print fix commands as ``program VERB …`` (a single-file bundle: ``python FILE``),
-    leaving out ``profile`` (the bundle's own), for the rest of this process."""
+    leaving out ``profile`` (the bundle's own), until called again; what it was before (to
+    pass back when done)."""
+    before = (list(_PROGRAM), _IMPLIED[0] if _IMPLIED else None)
     _PROGRAM[:] = list(program)
     _IMPLIED[:] = [profile] if profile else []
+    return before
 
 
 def _subparser(parser: argparse.ArgumentParser, words: Sequence[str]) -> tuple[Any, int]:

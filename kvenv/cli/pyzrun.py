@@ -69,7 +69,8 @@ def run_file(archive: str, sha256: str, argv: list[str]) -> int:
         if command in _HOSTED and not _named_python(rest):
             rest += ["--python", sys.executable]
         if command == "apply":
-            _stream(opened, profile, rest)
+            if not {"-h", "--help", "--dry-run"} & set(rest):  # those install nothing
+                _stream(opened, profile, rest)
             if "--offline" not in rest:
                 rest.append("--offline")
     except KvenvError as error:
@@ -79,8 +80,11 @@ def run_file(archive: str, sha256: str, argv: list[str]) -> int:
         return 2
     from kvenv.cli.hints import run_as
 
-    run_as([_interpreter(), str(path)], str(profile))  # fix commands: `python FILE VERB …`
-    return main([command, str(profile), *rest])
+    before = run_as([_interpreter(), str(path)], str(profile))  # fixes: `python FILE VERB …`
+    try:
+        return main([command, str(profile), *rest])
+    finally:
+        run_as(*before)
 
 
 def _interpreter() -> str:

@@ -226,3 +226,38 @@ def test_a_failed_build_leaves_the_old_file_and_no_temporary_one(tmp_path: Path)
         )
     assert out.read_bytes() == b"the previous file"
     assert sorted(p.name for p in out.parent.iterdir()) == ["kvenv-t.pyz"]
+
+
+def test_a_dry_run_from_the_file_streams_no_wheel(
+    built: SingleFile, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from kvenv.cli.pyzrun import run_file
+
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+    monkeypatch.delenv("KVENV_CACHE_DIR", raising=False)
+    cache, root = tmp_path / "cache", tmp_path / "root"
+    common = ["--root", str(root), "--cache", str(cache), "--python", sys.executable]
+    assert run_file(str(built.path), built.sha256, ["apply", "--dry-run", *common]) == 0
+    assert not list(cache.glob("artifacts-v1/sha256/*/*/*.whl"))
+    assert run_file(str(built.path), built.sha256, ["apply", *common]) == 0
+    assert len(list(cache.glob("artifacts-v1/sha256/*/*/*.whl"))) == 2
+
+
+def test_fix_commands_name_the_file_while_it_runs_and_kvenv_after(
+    built: SingleFile,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    from kvenv.cli import main
+    from kvenv.cli.pyzrun import run_file
+
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+    monkeypatch.delenv("KVENV_CACHE_DIR", raising=False)
+    common = ["--root", str(tmp_path / "root"), "--cache", str(tmp_path / "c")]
+    assert run_file(str(built.path), built.sha256, ["apply", *common]) == 0
+    assert f"{built.path} activate --root {tmp_path / 'root'}" in capsys.readouterr().out
+    project = local_project(tmp_path / "proj")
+    assert main(["apply", str(project.profile_path), "--root", str(tmp_path / "r2"),
+                 "--cache", str(tmp_path / "c")]) == 0  # fmt: skip
+    assert f'eval "$(kvenv activate {project.profile_path}' in capsys.readouterr().out
