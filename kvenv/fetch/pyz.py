@@ -334,21 +334,17 @@ def _bytecode(source: Path, name: str) -> bytes | None:
     whole file is verified before any of it is imported): zipimport takes ``x.pyc`` beside
     ``x.py`` when its magic number is this interpreter's, and compiles ``x.py`` otherwise.
     None for a module this interpreter cannot compile (written for a newer Python)."""
-    import py_compile
+    import importlib.util
+    import marshal
 
-    with tempfile.TemporaryDirectory(prefix="kvenv-pyc-") as scratch:
-        target = Path(scratch) / "module.pyc"
-        try:
-            py_compile.compile(
-                str(source),
-                cfile=str(target),
-                dfile=name,
-                doraise=True,
-                invalidation_mode=py_compile.PycInvalidationMode.UNCHECKED_HASH,
-            )
-        except py_compile.PyCompileError:
-            return None
-        return target.read_bytes()
+    data = source.read_bytes()
+    try:
+        code = compile(data, name, "exec", dont_inherit=True)
+    except (SyntaxError, ValueError):
+        return None
+    flags = 0b01  # hash-based, unchecked (PEP 552)
+    header = importlib.util.MAGIC_NUMBER + flags.to_bytes(4, "little")
+    return header + importlib.util.source_hash(data) + marshal.dumps(code)
 
 
 def _info(name: str, compress: bool) -> zipfile.ZipInfo:
