@@ -67,6 +67,11 @@ def default_cache_dir() -> Path:
     explicit = from_env(os.environ, ENV_CACHE)
     if explicit is not None:
         return explicit
+    return user_cache_dir()
+
+
+def user_cache_dir() -> Path:
+    """The user's cache directory for kvenv, whatever ``$KVENV_CACHE_DIR`` says."""
     if sys.platform == "win32":
         base = Path(os.environ.get("LOCALAPPDATA") or Path.home() / "AppData" / "Local")
         return base / "kvenv" / "Cache"
