@@ -25,6 +25,7 @@ from kvenv.model.profile import (
     IndexSource,
     PathSource,
     Profile,
+    cpu_problems,
     runtime_env_problems,
 )
 
@@ -404,6 +405,9 @@ def check_profile(profile: Profile, *, file: str | None = None) -> list[Problem]
                 f"tensor_parallel_size {tp} exceeds the target's {target.gpu.count} GPU(s)",
                 f"use at most {target.gpu.count}",
             )
+    if target is not None and target.cpu is not None:
+        for where, message, fix in cpu_problems(target):
+            add(where, message, fix)
     for where, message, fix in runtime_env_problems(profile.runtime):
         add(where, message, fix)
     native = profile.native
