@@ -36,6 +36,7 @@ from kvenv.lock.pylock import (
     WHEELHOUSE,
     AssumptionEntry,
     KvenvTable,
+    LinkedObject,
     LockFile,
     NativeEntry,
     ShadowEntry,
@@ -219,6 +220,7 @@ def kvenv_table(
             sha256=profile.native.sha256,
             requires=list(native.requires),
             requires_from=native.source,
+            linkage=list(native.linkage) if native.linkage is not None else None,
         ),
         requires=roots,
         constraints=constraints,
@@ -267,6 +269,9 @@ def lock_profile(
             finder=finder,
             offline=options.offline,
         )
+        native = attrs.evolve(
+            native, linkage=_checked_linkage(loaded, host, previous, finder, options.offline)
+        )
         native_wheel = _native_index_wheel(loaded, finder)
         text, resolution = _lock(
             loaded,
@@ -281,6 +286,40 @@ def lock_profile(
     old = path.read_text(encoding="utf-8") if path.is_file() else None
     portable = portable_choice(options, previous)
     return LockResult(path, text, resolution, target, native.source, old != text, portable)
+
+
+def _checked_linkage(
+    loaded: LoadedProfile,
+    host: HostSnapshot | None,
+    previous: LockFile | None,
+    finder: Finder,
+    offline: bool,
+) -> tuple[LinkedObject, ...] | None:
+    """What the native wheel links (read from its ELF headers), refused with
+    :class:`ConflictError` when it cannot work on the target or the recorded host: a CUDA
+    runtime newer than the target's, a library no one provides (:mod:`kvenv.probe.linkage`)."""
+    from kvenv.lock.linkage import native_linkage
+    from kvenv.probe.linkage import SharedObject, check_linkage
+
+    found = native_linkage(loaded, previous=previous, finder=finder, offline=offline)
+    if found is None:
+        return None
+    profile = loaded.profile
+    assert profile.native is not None
+    findings = check_linkage(
+        [SharedObject(o.path, tuple(o.needed), o.soname) for o in found],
+        native=f"{profile.native.name} {profile.native.version}",
+        target=profile.target,
+        host=host,
+        declared=profile.native.provided_libs or (),
+    )
+    errors = [f for f in findings if f.status == "error"]
+    if errors:
+        raise ConflictError(
+            "; ".join(f.message for f in errors),
+            hint=" / ".join(dict.fromkeys(f.fix for f in errors if f.fix)),
+        )
+    return tuple(found)
 
 
 def native_package(

@@ -25,7 +25,7 @@ from kvenv.lock.metadata import (
     range_metadata,
     read_wheel_metadata,
 )
-from kvenv.lock.pylock import LockFile
+from kvenv.lock.pylock import LinkedObject, LockFile
 from kvenv.lock.reqfile import read_requirements
 from kvenv.model.loading import LoadedProfile
 from kvenv.model.profile import HfSource, IndexSource, Native, PathSource, UrlSource
@@ -39,6 +39,8 @@ _LABELS = {"index": "index metadata", "url": "url", "hf": "hf"}
 class NativeRequires:
     requires: tuple[str, ...]
     source: str  # how they were obtained, recorded as requires-from
+    # what its shared objects link (kvenv.lock.linkage), recorded as [[...native.linkage]]
+    linkage: tuple[LinkedObject, ...] | None = None
 
 
 def _same_native(native: Native, previous: LockFile | None) -> bool:

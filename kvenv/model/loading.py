@@ -414,6 +414,13 @@ def check_profile(profile: Profile, *, file: str | None = None) -> list[Problem]
     if native is not None:
         if canonicalize_name(native.name) in protected:
             add("$.native.name", f"{native.name!r} is protected on the host", "pick another")
+        libs = native.provided_libs or []
+        for index, lib in enumerate(libs):
+            where = f"$.native.provided_libs[{index}]"
+            if "/" in lib or lib.strip() != lib:
+                add(where, f"{lib!r} is not a library file name", 'write a name: "libnuma.so.1"')
+            elif lib in libs[:index]:
+                add(where, f"{lib!r} is listed twice", "list each library once")
         filename = None
         if isinstance(native.source, (HfSource, IndexSource)):
             filename = native.source.filename

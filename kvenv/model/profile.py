@@ -156,6 +156,9 @@ class Native:
     sha256: Sha256
     source: Source
     size: PositiveInt | None = None
+    # Libraries (file names, as DT_NEEDED names them) its shared objects need that something
+    # kvenv does not see provides: an overlay wheel, a directory on LD_LIBRARY_PATH.
+    provided_libs: list[NonEmpty] | None = None
 
 
 @attrs.frozen

@@ -30,7 +30,7 @@ from kvenv.model.snapshot import (
     snapshot_from_dict,
     snapshot_to_dict,
 )
-from kvenv.probe import cpu, cuda, dists, kaggle, nvidia, pyinfo, system, torchinfo
+from kvenv.probe import cpu, cuda, dists, kaggle, libs, nvidia, pyinfo, system, torchinfo
 from kvenv.probe.effects import Effects, live
 from kvenv.probe.pyinfo import Interpreter
 
@@ -127,6 +127,7 @@ def build_snapshot(
         gpus=list(gpus.gpus),
         cuda=cuda.probe_cuda(effects),
         cpu=cpu_info,
+        libraries=libs.probe_libraries(effects, found),
         is_kaggle=kaggle.is_kaggle(effects),
         taken_at=now.isoformat(timespec="seconds") if now else None,
         source="probe",

@@ -101,6 +101,9 @@ def _repair(profile: Profile) -> Profile:
     protected = list({canonicalize_name(n): n for n in profile.host.protected}.values())
     if native is not None:
         protected = [n for n in protected if canonicalize_name(n) != canonicalize_name(native.name)]
+        if native.provided_libs is not None:
+            libs = [x for x in native.provided_libs if "/" not in x and x.strip() == x]
+            native = attrs.evolve(native, provided_libs=list(dict.fromkeys(libs)))
         source = native.source
         if isinstance(source, (HfSource, IndexSource)) and source.filename is not None:
             wheel = f"{native.name.replace('-', '_')}-{native.version}-py3-none-any.whl"

@@ -1,0 +1,257 @@
+"""What the native wheel's shared objects link, read at lock time from their ELF headers
+(:mod:`kvenv._util.elf`) and recorded in the lock (``[[tool.kvenv.native.linkage]]``), so
+``kvenv plan`` checks it offline against the host (:mod:`kvenv.probe.linkage`).
+
+Only each ``*.so`` member's headers are read: the ELF header, the program headers, the dynamic
+segment and the library names. A local wheel (a ``path`` source, a wheelhouse) is read in
+place; a remote one (an index, ``url`` or ``hf`` source) through HTTP range requests of the
+members alone, as the lock reads metadata. A deflated member is inflated from its start up to
+its dynamic segment (which linkers put after the code), never written anywhere; a stored one
+costs a few small ranges. What a remote wheel links is kept in the lock's index cache by the
+wheel's sha256 (so ``--offline --fresh`` gives the same lock). Unreachable sources (offline,
+no range support) fall back to the previous lock's record for the same wheel, else to no
+record (``plan`` says untested).
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import re
+import struct
+import zipfile
+from collections.abc import Callable
+from pathlib import Path
+from typing import IO, Any
+
+import attrs
+
+from kvenv._util.elf import Dynamic, ElfError, ReadAt, read_dynamic
+from kvenv._util.redact import redact_url
+from kvenv.errors import FetchError, IntegrityError
+from kvenv.lock.finder import Finder
+from kvenv.lock.metadata import _RangeFile
+from kvenv.lock.pylock import LinkedObject, LockFile
+from kvenv.model.loading import LoadedProfile
+from kvenv.model.profile import HfSource, IndexSource, Native, PathSource, UrlSource
+
+# A member whose file name ends like a shared library: libx.so, _C.abi3.so, libcudart.so.13.
+_SHARED = re.compile(r"[^/]+\.so(\.[0-9]+)*")
+# What a member reader keeps of each object's start: the ELF and program headers and, in
+# most objects, the dynamic string table, so the names are read without inflating it again.
+_PREFIX = 4 << 20
+
+
+def is_shared_object_name(member: str) -> bool:
+    """Whether the archive path ``member`` is named like a shared object."""
+    return _SHARED.fullmatch(member.rsplit("/", 1)[-1]) is not None
+
+
+class _MemberReader:
+    """``read_at`` over one zip member: its first bytes kept, the rest read by seeking."""
+
+    def __init__(self, handle: IO[bytes]) -> None:
+        self._handle = handle
+        self._prefix = handle.read(_PREFIX)
+
+    def __call__(self, offset: int, size: int) -> bytes:
+        if offset < 0 or size < 0:
+            return b""
+        if offset + size <= len(self._prefix) or len(self._prefix) < _PREFIX:
+            return self._prefix[offset : offset + size]
+        self._handle.seek(offset)
+        return self._handle.read(size)
+
+
+_LOCAL_HEADER = struct.Struct("<4s5H3L2H")
+
+
+def _stored_reader(archive: zipfile.ZipFile, info: zipfile.ZipInfo) -> ReadAt | None:
+    """``read_at`` straight into the archive for a stored (uncompressed) member: each range
+    is read where it lies, nothing before it. None for a compressed or encrypted member."""
+    raw = archive.fp
+    if raw is None or info.compress_type != zipfile.ZIP_STORED or info.flag_bits & 0x1:
+        return None
+    raw.seek(info.header_offset)
+    header = raw.read(_LOCAL_HEADER.size)
+    if len(header) != _LOCAL_HEADER.size or header[:4] != b"PK\x03\x04":
+        return None
+    fields = _LOCAL_HEADER.unpack(header)
+    start = info.header_offset + _LOCAL_HEADER.size + fields[9] + fields[10]
+    size = info.file_size
+
+    def read_at(offset: int, length: int) -> bytes:
+        if offset < 0 or length < 0 or offset >= size:
+            return b""
+        raw.seek(start + offset)
+        return raw.read(min(length, size - offset))
+
+    return read_at
+
+
+def _member_dynamic(archive: zipfile.ZipFile, info: zipfile.ZipInfo) -> Dynamic | None:
+    stored = _stored_reader(archive, info)
+    if stored is not None:
+        return read_dynamic(stored)
+    with archive.open(info) as handle:
+        return read_dynamic(_MemberReader(handle))
+
+
+def archive_linkage(archive: zipfile.ZipFile, *, origin: str) -> list[LinkedObject]:
+    """Every ELF shared object of ``archive`` with what it links, by path."""
+    out: list[LinkedObject] = []
+    for info in sorted(archive.infolist(), key=lambda i: i.filename):
+        if info.is_dir() or not is_shared_object_name(info.filename):
+            continue
+        try:
+            found = _member_dynamic(archive, info)
+        except ElfError as exc:
+            raise IntegrityError(
+                f"{origin}: {info.filename} is not a readable ELF object: {exc.message}",
+                hint="the wheel is damaged or not what its name says; use another build",
+            ) from None
+        except (OSError, zipfile.BadZipFile, EOFError, NotImplementedError) as exc:
+            raise IntegrityError(f"{origin}: cannot read {info.filename}: {exc}") from None
+        if found is None:
+            continue  # not ELF (a linker script, a Mach-O in a universal wheel)
+        out.append(LinkedObject(info.filename, list(found.needed), found.soname))
+    return out
+
+
+def wheel_linkage(path: Path) -> list[LinkedObject]:
+    """What the shared objects of the local wheel ``path`` link."""
+    try:
+        with zipfile.ZipFile(path) as archive:
+            return archive_linkage(archive, origin=str(path))
+    except (OSError, zipfile.BadZipFile) as exc:
+        raise IntegrityError(f"not a readable wheel: {path}: {exc}") from None
+
+
+def remote_linkage(session: Any, url: str, *, origin: str) -> list[LinkedObject]:
+    """What the shared objects of the remote wheel at ``url`` link, by HTTP range requests
+    (the whole file when the server ignores ranges)."""
+    with _remote_archive(session, url) as raw:
+        try:
+            with zipfile.ZipFile(raw) as archive:
+                return archive_linkage(archive, origin=origin)
+        except (zipfile.BadZipFile, ValueError) as exc:
+            raise FetchError(f"cannot read {origin} by range requests: {exc}") from None
+
+
+def _remote_archive(session: Any, url: str) -> IO[bytes]:
+    tail_size = 64 * 1024
+    headers = {"Range": f"bytes=-{tail_size}", "Accept-Encoding": "identity"}
+    try:
+        response = session.get(url, headers=headers, follow_redirects=True)
+    except Exception as exc:
+        raise FetchError(f"cannot fetch {redact_url(url)}: {type(exc).__name__}: {exc}") from None
+    if response.status_code == 200:
+        return io.BytesIO(response.content)
+    if response.status_code != 206:
+        raise FetchError(f"{redact_url(url)} answered HTTP {response.status_code}")
+    total = response.headers.get("Content-Range", "").rpartition("/")[2]
+    if not (total.isascii() and total.isdigit()):
+        raise FetchError(f"{redact_url(url)} gave no Content-Range size")
+    remote = _RangeFile(session, str(response.url), int(total), response.content)
+    return io.BufferedReader(remote, buffer_size=256 * 1024)
+
+
+def _previous(native: Native, previous: LockFile | None) -> list[LinkedObject] | None:
+    if previous is None:
+        return None
+    entry = previous.kvenv.native
+    if (entry.name, entry.version, entry.sha256) != (native.name, native.version, native.sha256):
+        return None
+    return entry.linkage
+
+
+def native_linkage(
+    loaded: LoadedProfile,
+    *,
+    previous: LockFile | None,
+    finder: Finder | None,
+    offline: bool,
+    session: Callable[[], Any] | None = None,
+) -> list[LinkedObject] | None:
+    """What the profile's native wheel links, from wherever its bytes can be had cheaply;
+    None when no source is reachable and no previous lock of the same wheel recorded it."""
+    native = loaded.profile.native
+    if native is None:
+        return None
+    cache = finder.cache if finder is not None else None
+    remote = not isinstance(native.source, PathSource)
+    if cache is not None and remote:
+        cached = _from_cache(cache.get_linkage(native.sha256))
+        if cached is not None:
+            return cached
+    try:
+        found = _from_source(loaded, native, finder, offline, session)
+    except FetchError:
+        found = None
+    if found is None:
+        return _previous(native, previous)
+    if cache is not None and remote:
+        cache.put_linkage(native.sha256, json.dumps([attrs.asdict(o) for o in found]).encode())
+    return found
+
+
+def _from_cache(data: bytes | None) -> list[LinkedObject] | None:
+    """The record kept by an earlier lock, or None when there is none or it is unreadable
+    (then it is read again from the wheel)."""
+    if data is None:
+        return None
+    try:
+        rows = json.loads(data)
+        return [
+            LinkedObject(str(r["path"]), [str(n) for n in r["needed"]], _text(r.get("soname")))
+            for r in rows
+        ]
+    except (ValueError, TypeError, KeyError):
+        return None
+
+
+def _from_source(
+    loaded: LoadedProfile,
+    native: Native,
+    finder: Finder | None,
+    offline: bool,
+    session: Callable[[], Any] | None,
+) -> list[LinkedObject] | None:
+    source = native.source
+    if isinstance(source, PathSource):
+        path = loaded.resolve(source.path)
+        return wheel_linkage(path) if path.is_file() else None
+    url: str | None = None
+    if isinstance(source, IndexSource):
+        if finder is None:
+            return None
+        for wheel in finder.project(native.name).wheels:
+            if wheel.sha256 == native.sha256:
+                local = wheel.local_path
+                if local is not None:
+                    return wheel_linkage(local)
+                url = wheel.url
+                break
+        if url is None:
+            return None
+    elif isinstance(source, UrlSource):
+        url = source.url
+    elif isinstance(source, HfSource):
+        from kvenv.lock.native import _hf_url
+
+        url = _hf_url(source)
+    if url is None or offline:
+        return None
+    origin = f"the native wheel {native.name} {native.version}"
+    if session is not None:
+        return remote_linkage(session(), url, origin=origin)
+    if finder is not None and isinstance(source, IndexSource):
+        return remote_linkage(finder.session, url, origin=origin)
+    import httpx2
+
+    with httpx2.Client(timeout=30.0, follow_redirects=True) as client:
+        return remote_linkage(client, url, origin=origin)
+
+
+def _text(value: object) -> str | None:
+    return None if value is None else str(value)
