@@ -40,6 +40,7 @@ _SHARED = re.compile(r"[^/]+\.so(\.[0-9]+)*")
 # What a member reader keeps of each object's start: the ELF and program headers and, in
 # most objects, the dynamic string table, so the names are read without inflating it again.
 _PREFIX = 4 << 20
+_STEP = 1 << 20  # how much is inflated (and so asked of a remote file) at a time
 
 
 def is_shared_object_name(member: str) -> bool:
@@ -48,19 +49,41 @@ def is_shared_object_name(member: str) -> bool:
 
 
 class _MemberReader:
-    """``read_at`` over one zip member: its first bytes kept, the rest read by seeking."""
+    """``read_at`` over one compressed zip member: its first bytes kept, later ranges reached by
+    inflating forward in small steps. (``ZipExtFile.seek`` asks its file for up to 16 MiB of
+    compressed bytes at a time, which over a range-request file is a download far past the
+    headers.)"""
 
     def __init__(self, handle: IO[bytes]) -> None:
         self._handle = handle
-        self._prefix = handle.read(_PREFIX)
+        self._pos = 0
+        self._prefix = self._take(_PREFIX)
+
+    def _take(self, size: int) -> bytes:
+        parts: list[bytes] = []
+        left = size
+        while left > 0:
+            chunk = self._handle.read(min(left, _STEP))
+            if not chunk:
+                break
+            parts.append(chunk)
+            left -= len(chunk)
+        data = b"".join(parts)
+        self._pos += len(data)
+        return data
 
     def __call__(self, offset: int, size: int) -> bytes:
         if offset < 0 or size < 0:
             return b""
         if offset + size <= len(self._prefix) or len(self._prefix) < _PREFIX:
             return self._prefix[offset : offset + size]
-        self._handle.seek(offset)
-        return self._handle.read(size)
+        if offset < self._pos:  # behind us: inflate again from the start
+            self._handle.seek(0)
+            self._pos = 0
+        while self._pos < offset:
+            if not self._take(min(offset - self._pos, _STEP)):
+                return b""
+        return self._take(size)
 
 
 _LOCAL_HEADER = struct.Struct("<4s5H3L2H")
@@ -153,7 +176,7 @@ def _remote_archive(session: Any, url: str) -> IO[bytes]:
     if not (total.isascii() and total.isdigit()):
         raise FetchError(f"{redact_url(url)} gave no Content-Range size")
     remote = _RangeFile(session, str(response.url), int(total), response.content)
-    return io.BufferedReader(remote, buffer_size=256 * 1024)
+    return io.BufferedReader(remote, buffer_size=_STEP)
 
 
 def _previous(native: Native, previous: LockFile | None) -> list[LinkedObject] | None:

@@ -136,8 +136,8 @@ def test_remote_wheels_are_read_by_range_requests(tmp_path: Path, stored: bool) 
     assert found[0].needed[0] == "libcudart.so.13"
     with zipfile.ZipFile(wheel) as archive:
         member = archive.getinfo("nativepkg/_C.so")
-    if stored:  # a few ranges: the tail, the headers, the dynamic segment, the names
-        assert session.received < 2 << 20
+    if stored:  # a few ranges (of at most 1 MiB): the headers, the dynamic segment, the names
+        assert session.received < 4 << 20
     else:  # the member is inflated up to its dynamic segment; nothing else of the wheel
         assert session.received < member.compress_size + (2 << 20)
     assert session.received < wheel.stat().st_size / 2
