@@ -285,3 +285,27 @@ def test_this_machines_live_snapshot() -> None:
 def test_builtin_profiles_still_load() -> None:
     for name in ("kaggle-t4x2-cu128", "colab-gpu"):
         assert load_profile(name).profile.target is not None
+
+
+def test_the_host_memo_keys_cpuinfo_by_what_the_probe_reads(tmp_path: Path) -> None:
+    """``/proc/cpuinfo`` changes at every read (clock speeds): the memo of a probed host keys
+    it by its model and feature lines, so a warm command still recognises the host; a
+    distribution's RECORD is keyed by its stat identity (it is rewritten by every install)."""
+    from kvenv.probe import hostmemo
+
+    text = _cpuinfo("epyc-avx512")
+    faster = text.replace("cpu MHz\t\t: 2596.136", "cpu MHz\t\t: 3400.000")
+    assert faster != text
+    assert hostmemo.cpuinfo_digest(faster) == hostmemo.cpuinfo_digest(text)
+    assert hostmemo.cpuinfo_digest(text.replace(" avx512f", "")) != hostmemo.cpuinfo_digest(text)
+    record = tmp_path / "torch-2.13.0.dist-info" / "RECORD"
+    record.parent.mkdir()
+    record.write_text("torch/lib/libc10.so,,\n")
+    reads: list[list[object]] = []
+    effects = hostmemo.watched(Effects.recorded(files={CPUINFO: text}), reads)
+    effects.read_text(CPUINFO)
+    effects.read_text(str(record))
+    assert [r[0] for r in reads] == ["cpuinfo", "read-stat"]
+    assert all(hostmemo._replay(r) for r in reads)  # the live machine answers the same
+    record.write_text("torch/lib/libc10.so,,\ntorch/lib/libtorch.so,,\n")
+    assert not hostmemo._replay(reads[1])
