@@ -309,3 +309,22 @@ def test_the_host_memo_keys_cpuinfo_by_what_the_probe_reads(tmp_path: Path) -> N
     assert all(hostmemo._replay(r) for r in reads)  # the live machine answers the same
     record.write_text("torch/lib/libc10.so,,\ntorch/lib/libtorch.so,,\n")
     assert not hostmemo._replay(reads[1])
+
+
+def test_doctor_refuses_a_host_without_avx512(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("KVENV_ROOT", str(tmp_path / "root"))
+    (tmp_path / "cpubox.toml").write_text(_profile(AVX512))
+    data = json.loads(json.dumps(attrs.asdict(_host("epyc-avx512"))))
+    data["cpu"]["features"] = [f for f in data["cpu"]["features"] if "avx512" not in f]
+    (tmp_path / "no-avx512.json").write_text(json.dumps(data))
+    code = main(
+        ["doctor", str(tmp_path / "cpubox.toml"), "--host", str(tmp_path / "no-avx512.json")]
+    )
+    assert code == 1
+    out = capsys.readouterr().out
+    assert [line for line in out.splitlines() if line.startswith("ERROR")] == [
+        "ERROR    CPU features: the native wheel needs avx2, avx512f, avx512_bf16; AMD EPYC "
+        "lacks avx512f, avx512_bf16"
+    ]
