@@ -269,8 +269,11 @@ def lock_profile(
             finder=finder,
             offline=options.offline,
         )
+        # --native-requires stands in for reading a remote native wheel: it is not read for
+        # its linkage either (a local one is; else the previous lock's record is kept)
+        no_remote = options.offline or options.native_requires is not None
         native = attrs.evolve(
-            native, linkage=_checked_linkage(loaded, host, previous, finder, options.offline)
+            native, linkage=_checked_linkage(loaded, host, previous, finder, no_remote)
         )
         native_wheel = _native_index_wheel(loaded, finder)
         text, resolution = _lock(

@@ -197,7 +197,8 @@ def native_linkage(
     session: Callable[[], Any] | None = None,
 ) -> list[LinkedObject] | None:
     """What the profile's native wheel links, from wherever its bytes can be had cheaply;
-    None when no source is reachable and no previous lock of the same wheel recorded it."""
+    None when no source is reachable and no previous lock of the same wheel recorded it.
+    ``offline`` reads no remote wheel (the cache and a local file still serve)."""
     native = loaded.profile.native
     if native is None:
         return None
