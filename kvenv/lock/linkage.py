@@ -20,7 +20,7 @@ import json
 import re
 import struct
 import zipfile
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import IO, Any
 
@@ -29,7 +29,8 @@ import attrs
 from kvenv._util.elf import Dynamic, ElfError, ReadAt, read_dynamic
 from kvenv._util.redact import redact_url
 from kvenv.errors import FetchError, IntegrityError
-from kvenv.lock.finder import Finder
+from kvenv.lock.cache import IndexCache
+from kvenv.lock.finder import Finder, WheelFile
 from kvenv.lock.metadata import _RangeFile
 from kvenv.lock.pylock import LinkedObject, LockFile
 from kvenv.model.loading import LoadedProfile
@@ -279,3 +280,66 @@ def _from_source(
 
 def _text(value: object) -> str | None:
     return None if value is None else str(value)
+
+
+# the overlay's libraries ---------------------------------------------------------------------
+_LIBRARY = re.compile(r"lib[^/]*\.so(\.[0-9]+)*")
+
+
+def archive_libraries(names: Iterable[str]) -> list[str]:
+    """The shared libraries (``lib*.so*`` file names) among an archive's member ``names``."""
+    return sorted({n.rsplit("/", 1)[-1] for n in names if _LIBRARY.fullmatch(n.rsplit("/", 1)[-1])})
+
+
+def _wheel_libraries(wheel: WheelFile, session: Callable[[], Any] | None) -> list[str] | None:
+    """The libraries the overlay wheel ships, from its central directory only; None when it
+    cannot be read (the libraries it would provide are then not counted)."""
+    local = wheel.local_path
+    try:
+        if local is not None:
+            with zipfile.ZipFile(local) as archive:
+                return archive_libraries(archive.namelist())
+        if session is None:
+            return None
+        with _remote_archive(session(), wheel.url) as raw, zipfile.ZipFile(raw) as archive:
+            return archive_libraries(archive.namelist())
+    except (OSError, zipfile.BadZipFile, ValueError, FetchError):
+        return None
+
+
+def overlay_provides(
+    wheels: Iterable[WheelFile],
+    wanted: set[str],
+    *,
+    cache: IndexCache | None,
+    session: Callable[[], Any] | None,
+) -> list[str]:
+    """Which of the ``wanted`` libraries the overlay's binary wheels ship (a ``*-none-any``
+    wheel ships none), read from each one's central directory: in place, else by one range
+    request of its tail (``session`` None: remote wheels are not read); kept in ``cache`` by
+    each wheel's sha256."""
+    found: set[str] = set()
+    if not wanted:
+        return []
+    for wheel in wheels:
+        if wheel.filename.endswith("-none-any.whl"):
+            continue
+        key = f"libraries-{wheel.sha256}" if wheel.sha256 else None
+        cached = cache.get_linkage(key) if cache is not None and key else None
+        libraries = _from_json_list(cached)
+        if libraries is None:
+            libraries = _wheel_libraries(wheel, session)
+            if libraries is not None and cache is not None and key:
+                cache.put_linkage(key, json.dumps(libraries).encode())
+        found |= wanted & set(libraries or ())
+    return sorted(found)
+
+
+def _from_json_list(data: bytes | None) -> list[str] | None:
+    if data is None:
+        return None
+    try:
+        value = json.loads(data)
+    except ValueError:
+        return None
+    return [str(v) for v in value] if isinstance(value, list) else None

@@ -41,6 +41,7 @@ class NativeRequires:
     source: str  # how they were obtained, recorded as requires-from
     # what its shared objects link (kvenv.lock.linkage), recorded as [[...native.linkage]]
     linkage: tuple[LinkedObject, ...] | None = None
+    overlay_provides: tuple[str, ...] = ()  # which of its libraries the overlay ships
 
 
 def _same_native(native: Native, previous: LockFile | None) -> bool:

@@ -71,6 +71,8 @@ class NativeEntry:
     # What the wheel's shared objects link, read from their ELF headers at lock time; None in
     # a lock made before kvenv read it (plan then reports the linkage untested).
     linkage: list[LinkedObject] | None = None
+    # Which of the libraries it needs the overlay's wheels ship (found at lock time).
+    overlay_provides: list[str] | None = None
 
 
 @attrs.frozen

@@ -288,6 +288,7 @@ def linkage_findings(
         target=loaded.profile.target,
         host=host,
         declared=native.provided_libs or (),
+        overlay=entry.overlay_provides or (),
         strict=strict,
     )
     return [_finding(f) for f in findings]

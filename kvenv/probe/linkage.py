@@ -7,7 +7,8 @@ Who provides a library, in this order:
 1. the manylinux policy's allowlist, which every glibc Linux has (libc, libm, libpthread,
    libdl, librt, libgcc_s, libstdc++, the dynamic loader, libutil, libnsl, libresolv);
 2. the native wheel itself (the file name or ``DT_SONAME`` of one of its objects: auditwheel
-   bundles libraries that way);
+   bundles libraries that way), and the overlay's wheels (their ``lib*.so*`` members, as the
+   lock found them);
 3. the profile's ``[native] provided_libs`` (what kvenv cannot see: an overlay wheel's library,
    a directory on ``LD_LIBRARY_PATH``);
 4. the NVIDIA driver, for ``libcuda.so.1`` and NVML on a CUDA target (the host check "libcuda"
@@ -100,6 +101,33 @@ def cuda_problems(objects: Iterable[SharedObject], target: Target | None) -> dic
     return out
 
 
+def _own(objects: Iterable[SharedObject]) -> set[str]:
+    """The libraries the wheel provides itself: its objects' file names and sonames."""
+    found = set()
+    for obj in objects:
+        found.add(obj.path.rsplit("/", 1)[-1])
+        if obj.soname:
+            found.add(obj.soname)
+    return found
+
+
+def wanted(
+    objects: Sequence[SharedObject], target: Target | None, declared: Sequence[str] = ()
+) -> set[str]:
+    """The libraries the objects need that only the host or the overlay can provide: not in
+    the manylinux allowlist, not the wheel's own, not declared, not the driver's on a CUDA
+    target, not a CUDA library beyond the target (an error whoever provides it)."""
+    cuda_target = target is not None and (target.cuda is not None or target.gpu is not None)
+    beyond = cuda_problems(objects, target)
+    skip = _own(objects) | set(declared) | ALWAYS
+    return {
+        lib
+        for obj in objects
+        for lib in obj.needed
+        if lib not in skip and lib not in beyond and not (cuda_target and lib in DRIVER)
+    }
+
+
 def check_linkage(
     objects: Sequence[SharedObject] | None,
     *,
@@ -107,10 +135,12 @@ def check_linkage(
     target: Target | None,
     host: HostSnapshot | None,
     declared: Sequence[str] = (),
+    overlay: Sequence[str] = (),
     strict: bool = False,
 ) -> list[Finding]:
     """The findings of the native wheel ``native``'s shared ``objects`` (None: the lock does
-    not record them) against ``target`` and ``host``."""
+    not record them) against ``target`` and ``host``; ``overlay``, the libraries the lock's
+    overlay wheels were found to provide."""
     if objects is None:
         return [
             Finding(
@@ -147,8 +177,7 @@ def check_linkage(
         findings.append(
             Finding(CUDA_CHECK, "pass", f"{CUDA_CHECK}: within the target's CUDA {target.cuda}")
         )
-    own = {obj.path.rsplit("/", 1)[-1] for obj in objects}
-    own |= {obj.soname for obj in objects if obj.soname}
+    own = _own(objects) | set(overlay)
     cuda_target = target is not None and (target.cuda is not None or target.gpu is not None)
     libraries = host.libraries if host is not None else None
     missing: dict[str, list[str]] = {}

@@ -66,10 +66,18 @@ def test_the_reader_reads_what_gcc_wrote(tmp_path: Path) -> None:
     assert read_dynamic(bytes_reader(b"#!/bin/sh\n")) is None  # not ELF: not a shared object
 
 
-def _native_wheel(directory: Path, objects: dict[str, Path], *, stored: bool = False) -> Path:
+def _native_wheel(
+    directory: Path,
+    objects: dict[str, Path],
+    *,
+    stored: bool = False,
+    requires: tuple[str, ...] = (),
+) -> Path:
     files: dict[str, bytes | str] = {"nativepkg/__init__.py": "__version__ = '1.0.0+cu128'\n"}
     files.update({member: path.read_bytes() for member, path in objects.items()})
-    wheel = build_wheel(directory, "nativepkg", "1.0.0+cu128", tag=NATIVE_TAG, files=files)
+    wheel = build_wheel(
+        directory, "nativepkg", "1.0.0+cu128", tag=NATIVE_TAG, files=files, requires=requires
+    )
     with zipfile.ZipFile(wheel) as archive:
         data = {i.filename: archive.read(i) for i in archive.infolist()}
     method = zipfile.ZIP_STORED if stored else zipfile.ZIP_DEFLATED
@@ -154,12 +162,17 @@ def _profile_with(loaded: LoadedProfile, target_extra: str, native_extra: str = 
 
 
 def _project_with_native(
-    tmp_path: Path, objects: dict[str, Path], *, cuda: str | None = "12.8", libraries: Any = None
+    tmp_path: Path,
+    objects: dict[str, Path],
+    *,
+    cuda: str | None = "12.8",
+    libraries: Any = None,
+    requires: tuple[str, ...] = (),
 ) -> LoadedProfile:
     loaded = write_project(tmp_path / "proj", native_requires=["alpha>=1.0"])
     native = next((tmp_path / "proj" / "native").glob("*.whl"))
     native.unlink()
-    wheel = _native_wheel(tmp_path / "proj" / "native", objects)
+    wheel = _native_wheel(tmp_path / "proj" / "native", objects, requires=requires)
     text = loaded.path.read_text()
     text = re.sub(r'sha256 = "[0-9a-f]{64}"', f'sha256 = "{sha256_of(wheel)}"', text)
     loaded.path.write_text(text)
@@ -173,8 +186,16 @@ def _project_with_native(
     return load_profile(str(loaded.path))
 
 
-def _opts(tmp_path: Path) -> LockOptions:
-    house = basic_house(tmp_path / "house")
+def _opts(tmp_path: Path, house_dir: Path | None = None) -> LockOptions:
+    house = basic_house(house_dir or tmp_path / "house")
+    # an overlay wheel that ships a library (auditwheel style), and a pure one with a lookalike
+    build_wheel(
+        house,
+        "fooshim",
+        "1.0",
+        tag=NATIVE_TAG,
+        files={"fooshim/__init__.py": "", "fooshim.libs/libfoo-3a.so.1": b"\x7fELF"},
+    )
     return LockOptions(
         index=IndexConfig(find_links=(str(house),), no_index=True), cache_dir=tmp_path / "cache"
     )
@@ -338,3 +359,37 @@ def test_host_libraries_from_ldconfig_and_records() -> None:
 def test_linked_object_round_trip() -> None:
     entry = LinkedObject("a/_C.so", ["libc.so.6"], None)
     assert entry.soname is None
+
+
+def test_a_library_an_overlay_wheel_ships_is_provided(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The native needs libfoo-3a.so.1, which the recorded host lacks and the overlay wheel
+    fooshim (a dependency of the native) ships: the lock records that the overlay provides it,
+    and plan passes on that host; without fooshim in the overlay the lock is refused."""
+    ext = shared_object(tmp_path / "o", "_C.so", needed=["libfoo-3a.so.1"])
+    host_libs = {"system": ["libc.so.6"], "packages": {}}
+    loaded = _project_with_native(
+        tmp_path / "with",
+        {"nativepkg/_C.so": ext},
+        libraries=host_libs,
+        requires=("fooshim",),
+    )
+    result = lock_profile(loaded, _opts(tmp_path / "with", tmp_path / "with" / "proj" / "house"))
+    native = tomllib.loads(result.text)["tool"]["kvenv"]["native"]
+    assert native["overlay-provides"] == ["libfoo-3a.so.1"]
+    result.path.parent.mkdir(parents=True, exist_ok=True)
+    result.path.write_text(result.text)
+    snapshot = loaded.path.parent / "testbox.host.json"
+    where = ["--root", str(tmp_path / "root"), "--cache", str(tmp_path / "cache")]
+    assert main(["plan", str(loaded.path), "--host", str(snapshot), *where]) == 0
+    loaded = _project_with_native(
+        tmp_path / "without", {"nativepkg/_C.so": ext}, libraries=host_libs
+    )
+    with pytest.raises(ConflictError) as caught:
+        lock_profile(loaded, _opts(tmp_path / "without"))
+    assert caught.value.message == (
+        "native linkage: nativepkg 1.0.0+cu128 needs libraries this host does not provide: "
+        "libfoo-3a.so.1 (in nativepkg/_C.so)"
+    )
+    capsys.readouterr()
