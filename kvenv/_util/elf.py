@@ -23,7 +23,9 @@ PT_LOAD, PT_DYNAMIC = 1, 2
 DT_NULL, DT_NEEDED, DT_STRTAB, DT_STRSZ, DT_SONAME = 0, 1, 5, 10, 14
 # Bounds on what one object may make the reader fetch: real objects stay far below them.
 MAX_PHNUM = 4096
+MAX_PHENTSIZE = 256  # bytes of one program header (56 in ELF64, 32 in ELF32)
 MAX_DYNAMIC = 1 << 20  # bytes of the dynamic segment read
+MAX_NEEDED = 1024  # libraries one object may name
 MAX_NAME = 4096  # bytes of one library name
 
 
@@ -89,8 +91,8 @@ def read_dynamic(read_at: ReadAt) -> Dynamic | None:
     machine, phoff, phentsize, phnum = header[1], header[4], header[8], header[9]
     if phnum > MAX_PHNUM:
         raise ElfError(f"ELF with {phnum} program headers (more than {MAX_PHNUM})")
-    if phnum and phentsize < layout.phdr.size:
-        raise ElfError(f"ELF program header size {phentsize} is too small")
+    if phnum and not layout.phdr.size <= phentsize <= MAX_PHENTSIZE:
+        raise ElfError(f"ELF program header size {phentsize} is not plausible")
     table = _read(read_at, phoff, phnum * phentsize, "the program headers") if phnum else b""
     loads: list[tuple[int, int, int]] = []  # (vaddr, filesz, offset)
     dynamic: tuple[int, int] | None = None
@@ -126,6 +128,8 @@ def read_dynamic(read_at: ReadAt) -> Dynamic | None:
             strsz = value
     if not needed and soname is None:
         return Dynamic((), None, bits, machine)
+    if len(needed) > MAX_NEEDED:
+        raise ElfError(f"ELF object naming {len(needed)} libraries (more than {MAX_NEEDED})")
     if strtab is None:
         raise ElfError("ELF dynamic section names libraries but has no DT_STRTAB")
     base = _file_offset(strtab, loads)

@@ -148,7 +148,7 @@ def check_linkage(
                 "untested",
                 f"{LINK_CHECK}: the lock does not record what {native}'s shared objects link "
                 "(it was made before kvenv read them)",
-                "run `kvenv lock` again (it reads only the wheel's ELF headers)",
+                "run `kvenv lock` again (it reads the ELF headers of the wheel's shared objects)",
             )
         ]
     findings: list[Finding] = []

@@ -23,7 +23,14 @@ import tomli_w
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from kvenv._util.elf import MAX_DYNAMIC, MAX_NAME, MAX_PHNUM, read_dynamic
+from kvenv._util.elf import (
+    MAX_DYNAMIC,
+    MAX_NAME,
+    MAX_NEEDED,
+    MAX_PHENTSIZE,
+    MAX_PHNUM,
+    read_dynamic,
+)
 from kvenv._util.resources import data_dir
 from kvenv._util.tomlio import loads as toml_loads
 from kvenv.env.manifest import manifest_from_dict
@@ -260,9 +267,9 @@ def fuzz_elf(data: st.DataObject) -> None:
         return bytes(raw[offset : offset + size]) if offset >= 0 else b""
 
     _accepting(lambda: read_dynamic(read_at))
-    # headers, at most MAX_PHNUM program headers of at most 64 KiB each, the dynamic
-    # segment, and one bounded read per name (a dynamic entry is at least 8 bytes)
-    assert asked[0] <= 16 + 64 + MAX_PHNUM * 0xFFFF + MAX_DYNAMIC + (MAX_DYNAMIC // 8) * MAX_NAME
+    # headers, the program headers, the dynamic segment, one bounded read per name: ~6 MiB
+    limit = 16 + 64 + MAX_PHNUM * MAX_PHENTSIZE + MAX_DYNAMIC + (MAX_NEEDED + 1) * MAX_NAME
+    assert asked[0] <= limit
 
 
 FUZZERS: dict[str, Callable[[st.DataObject], None]] = {
