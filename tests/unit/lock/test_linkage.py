@@ -393,3 +393,31 @@ def test_a_library_an_overlay_wheel_ships_is_provided(
         "libfoo-3a.so.1 (in nativepkg/_C.so)"
     )
     capsys.readouterr()
+
+
+def test_plan_refuses_a_cuda_13_wheel_once_the_target_is_cuda_12_8(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Locked for a CUDA 13.0 target, then the profile moved to CUDA 12.8: the plan refuses the
+    native wheel with one clear error (and the CLI's lock refuses it with exit 3)."""
+    ext = shared_object(tmp_path / "o", "_C.so", needed=["libcudart.so.13"])
+    loaded = _project_with_native(tmp_path, {"nativepkg/_C.so": ext}, cuda="13.0")
+    result = lock_profile(loaded, _opts(tmp_path))
+    result.path.parent.mkdir(parents=True, exist_ok=True)
+    result.path.write_text(result.text)
+    loaded.path.write_text(loaded.path.read_text().replace('cuda = "13.0"', 'cuda = "12.8"'))
+    snapshot = loaded.path.parent / "testbox.host.json"
+    where = ["--root", str(tmp_path / "root"), "--cache", str(tmp_path / "cache")]
+    capsys.readouterr()
+    assert main(["plan", str(loaded.path), "--host", str(snapshot), *where]) == 3
+    errors = [line for line in capsys.readouterr().out.splitlines() if "ERROR" in line]
+    assert errors == [
+        f"  ERROR    {CUDA13} (fix: use a native wheel built for the target's CUDA 12.8, or a "
+        "profile (and host torch) for the CUDA the wheel needs)"
+    ]
+    house = tmp_path / "house"
+    lock = ["lock", str(loaded.path), "--find-links", str(house), "--no-index"]
+    assert main([*lock, "--cache-dir", str(tmp_path / "cache")]) == 3
+    err = capsys.readouterr().err
+    assert CUDA13 in err
+    assert err.count("native CUDA runtime") == 1
