@@ -41,6 +41,9 @@ _SHARED = re.compile(r"[^/]+\.so(\.[0-9]+)*")
 # What a member reader keeps of each object's start: the ELF and program headers and, in
 # most objects, the dynamic string table, so the names are read without inflating it again.
 _PREFIX = 4 << 20
+# How far into a compressed object its headers may send the reader (the largest shared
+# objects of CUDA builds are 1-2 GB): a hostile member cannot make the lock inflate for hours.
+MAX_INFLATE = 4 << 30
 _STEP = 1 << 20  # how much is inflated (and so asked of a remote file) at a time
 
 
@@ -78,6 +81,11 @@ class _MemberReader:
             return b""
         if offset + size <= len(self._prefix) or len(self._prefix) < _PREFIX:
             return self._prefix[offset : offset + size]
+        if offset > MAX_INFLATE:
+            raise ElfError(
+                f"ELF headers point {offset} bytes into the object; kvenv inflates at most "
+                f"{MAX_INFLATE} bytes of a compressed member to read them"
+            )
         if offset < self._pos:  # behind us: inflate again from the start
             self._handle.seek(0)
             self._pos = 0

@@ -421,3 +421,20 @@ def test_plan_refuses_a_cuda_13_wheel_once_the_target_is_cuda_12_8(
     err = capsys.readouterr().err
     assert CUDA13 in err
     assert err.count("native CUDA runtime") == 1
+
+
+def test_a_compressed_object_is_not_inflated_past_a_bound(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Headers that point far into a deflated member (a zip bomb's way of making the lock
+    inflate for hours) stop the read with one message naming the member."""
+    from kvenv.lock import linkage
+
+    ext = shared_object(tmp_path / "o", "_C.so", needed=["libfoo.so.1"], filler=6 << 20)
+    wheel = _native_wheel(tmp_path / "w", {"nativepkg/_C.so": ext})
+    assert wheel_linkage(wheel)[0].needed[0] == "libfoo.so.1"
+    monkeypatch.setattr(linkage, "MAX_INFLATE", 5 << 20)  # the dynamic section lies past 6 MiB
+    with pytest.raises(IntegrityError) as caught:
+        wheel_linkage(wheel)
+    assert "nativepkg/_C.so is not a readable ELF object" in caught.value.message
+    assert "inflates at most 5242880 bytes" in caught.value.message
