@@ -31,7 +31,7 @@ from kvenv._util.redact import redact_url
 from kvenv.errors import FetchError, IntegrityError
 from kvenv.lock.cache import IndexCache
 from kvenv.lock.finder import Finder, WheelFile
-from kvenv.lock.metadata import _RangeFile
+from kvenv.lock.metadata import RangeFile
 from kvenv.lock.pylock import LinkedObject, LockFile
 from kvenv.model.loading import LoadedProfile
 from kvenv.model.profile import HfSource, IndexSource, Native, PathSource, UrlSource
@@ -184,7 +184,7 @@ def _remote_archive(session: Any, url: str) -> IO[bytes]:
     total = response.headers.get("Content-Range", "").rpartition("/")[2]
     if not (total.isascii() and total.isdigit()):
         raise FetchError(f"{redact_url(url)} gave no Content-Range size")
-    remote = _RangeFile(session, str(response.url), int(total), response.content)
+    remote = RangeFile(session, str(response.url), int(total), response.content)
     return io.BufferedReader(remote, buffer_size=_STEP)
 
 
@@ -270,9 +270,9 @@ def _from_source(
     elif isinstance(source, UrlSource):
         url = source.url
     elif isinstance(source, HfSource):
-        from kvenv.lock.native import _hf_url
+        from kvenv.lock.native import hf_url
 
-        url = _hf_url(source)
+        url = hf_url(source)
     if url is None or offline:
         return None
     origin = f"the native wheel {native.name} {native.version}"

@@ -130,7 +130,7 @@ def _from_source(
     if isinstance(source, UrlSource):
         url, how = source.url, _LABELS["url"]
     elif isinstance(source, HfSource):
-        url, how = _hf_url(source), _LABELS["hf"]
+        url, how = hf_url(source), _LABELS["hf"]
     else:
         raise FetchError("unknown native source")
     data = _remote_metadata(url, native.name)
@@ -147,7 +147,8 @@ def _remote_metadata(url: str, name: str) -> bytes:
         return range_metadata(client, url, name, origin=f"the native wheel {name}")
 
 
-def _hf_url(source: HfSource) -> str:
+def hf_url(source: HfSource) -> str:
+    """The Hub's resolve URL of an ``hf`` source (``huggingface_hub``'s, so its endpoint)."""
     from huggingface_hub import hf_hub_url
 
     url: str = hf_hub_url(
