@@ -41,7 +41,7 @@ WORKERS = 16  # page requests in flight at once (small responses: latency-bound)
 
 
 @attrs.frozen
-class Listed:
+class FileListing:
     """One file of the wanted name as a source lists it."""
 
     location: str | Path  # an https URL, or a local file
@@ -103,7 +103,7 @@ class Locator:
     # locating ------------------------------------------------------------------------------
     def locate(self, name: str, filename: str, sha256: str) -> str | Path:
         """Where ``filename`` of project ``name`` is (an https URL or a local file)."""
-        unhashed: Listed | None = None
+        unhashed: FileListing | None = None
         other: str | None = None
         for listed in self._listings(name, filename):
             if listed.sha256 is None:
@@ -128,7 +128,7 @@ class Locator:
             "bundle` on a connected machine",
         )
 
-    def _listings(self, name: str, filename: str) -> Iterable[Listed]:
+    def _listings(self, name: str, filename: str) -> Iterable[FileListing]:
         """Every listing of ``filename``, source by source, asked for only when needed."""
         for index in self.index_urls:
             found = self._read(self._page(_project_url(index, name)), filename)
@@ -139,7 +139,7 @@ class Locator:
                 directory = Path(unquote(urlsplit(location).path)) if "://" in location else None
                 candidate = (directory or Path(location)) / filename
                 if candidate.is_file():
-                    yield Listed(candidate, None)
+                    yield FileListing(candidate, None)
                 continue
             found = self._read(self._page(location), filename)
             if found is not None:
@@ -172,7 +172,7 @@ def _checked(location: str | Path) -> str | Path:
     return location
 
 
-def _in_page(found: Found, filename: str) -> list[Listed]:
+def _in_page(found: Found, filename: str) -> list[FileListing]:
     """The listings of ``filename`` on a page: PEP 691 JSON by a scan for that one name (the
     whole page parsed only when the scan cannot vouch for it), else HTML through unearth."""
     page = found.page()
@@ -182,7 +182,7 @@ def _in_page(found: Found, filename: str) -> list[Listed]:
     return _in_html(page, filename)
 
 
-def _in_json(content: bytes, base: str, filename: str) -> list[Listed]:
+def _in_json(content: bytes, base: str, filename: str) -> list[FileListing]:
     files: list[Any]
     try:
         text = content.decode("utf-8")
@@ -207,11 +207,11 @@ def _in_json(content: bytes, base: str, filename: str) -> list[Listed]:
             continue
         hashes = file.get("hashes")
         sha = hashes.get("sha256") if isinstance(hashes, dict) else None
-        out.append(Listed(_absolute(base, url), sha if isinstance(sha, str) else None))
+        out.append(FileListing(_absolute(base, url), sha if isinstance(sha, str) else None))
     return out
 
 
-def _in_html(page: Any, filename: str) -> list[Listed]:
+def _in_html(page: Any, filename: str) -> list[FileListing]:
     from unearth.collector import IndexPage, parse_html_page
     from unearth.link import Link
 
@@ -224,9 +224,9 @@ def _in_html(page: Any, filename: str) -> list[Listed]:
             link.hash if link.hash_name == "sha256" else None
         )
         if link.is_file:
-            out.append(Listed(Path(link.file_path), sha))
+            out.append(FileListing(Path(link.file_path), sha))
         else:
-            out.append(Listed(str(link.url_without_fragment), sha))
+            out.append(FileListing(str(link.url_without_fragment), sha))
     return out
 
 
