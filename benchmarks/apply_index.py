@@ -5,7 +5,9 @@ alternating (issue 25). Several kvenv installs (e.g. the commit before a change 
 are timed side by side: ``--kvenv LABEL=PATH`` once per install.
 
     python benchmarks/apply_index.py --kvenv after=.venv/bin/kvenv [--kvenv before=...]
-        [--require jupyterlab] [--uv UV] [--rounds 3] [--out benchmarks/results/apply-index.json]
+        [--require jupyterlab | --lock PYLOCK] [--uv UV] [--rounds 3] [--out PATH.json]
+
+``--lock`` times the locate phase alone on an existing portable lock (e.g. a vLLM closure's).
 
 The project (``benchmarks/_common.bench_project``): a native wheel built here that requires
 ``--require``, for a target that is this interpreter (CPython, x86_64 manylinux of this glibc),
@@ -34,6 +36,7 @@ import statistics
 import sys
 import tempfile
 from pathlib import Path
+from typing import Any
 
 import tomllib
 from _common import bench_project, python_of, run_child, run_facts, tool_version, write_results
@@ -86,6 +89,16 @@ def _sha256(path: Path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
+def _groups(results: dict[str, dict[str, Any]], key: str) -> dict[str, dict[str, float]]:
+    """``{"locate": {"kvenv[after]": 1.1, ...}, "apply cold": {...}}``: the apply benchmarks'
+    shape (``benchmarks/make_charts.py``)."""
+    out: dict[str, dict[str, float]] = {}
+    for name, row in results.items():
+        phase, _, tool = name.partition(" ")
+        out.setdefault("locate" if phase == "locate" else "apply cold", {})[tool] = row[key]
+    return out
+
+
 def _timed(command: list[str], env: dict[str, str]) -> tuple[float, float]:
     done = run_child(command, env)
     if done.returncode != 0:
@@ -100,6 +113,9 @@ def main() -> int:
     parser.add_argument("--uv", default=shutil.which("uv"))
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--tmp", type=Path)
+    parser.add_argument(
+        "--lock", type=Path, help="time only the locate phase of this existing portable lock"
+    )
     parser.add_argument("--out", type=Path, default=REPO / "benchmarks/results/apply-index.json")
     args = parser.parse_args()
     kvenvs = {}
@@ -107,30 +123,34 @@ def main() -> int:
         label, _, path = item.partition("=")
         kvenvs[label] = Path(path).resolve()
     work = Path(tempfile.mkdtemp(prefix="kvenv-apply-index-", dir=args.tmp))
-    python = platform.python_version()
-    profile = bench_project(
-        work / "proj",
-        [args.require],
-        python=python,
-        machine=platform.machine(),
-        glibc=platform.libc_ver()[1],
-    )
-    first = next(iter(kvenvs.values()))
-    _timed([str(first), "lock", str(profile)], _env(KVENV_CACHE_DIR=str(work / "lock-cache")))
+    profile = work / "proj" / "profiles" / "bench.toml"
     lock = work / "proj" / "locks" / "pylock.bench.toml"
+    if args.lock is not None:  # the locate phase of that lock alone
+        lock, args.uv = args.lock.resolve(), None
+    else:
+        bench_project(
+            work / "proj",
+            [args.require],
+            python=platform.python_version(),
+            machine=platform.machine(),
+            glibc=platform.libc_ver()[1],
+        )
+        first = next(iter(kvenvs.values()))
+        _timed([str(first), "lock", str(profile)], _env(KVENV_CACHE_DIR=str(work / "lock-cache")))
     doc = tomllib.loads(lock.read_text())
     overlay = [p for p in doc["packages"] if not p["tool"]["kvenv"].get("native")]
     assert doc["tool"]["kvenv"].get("portable")
     assert all("url" not in p["wheels"][0] for p in overlay)
-    native = next((work / "proj" / "native").glob("*.whl"))
     reqs = work / "reqs.txt"
-    reqs.write_text(
-        "".join(
-            f"{p['name']}=={p['version']} --hash=sha256:{p['wheels'][0]['hashes']['sha256']}\n"
-            for p in overlay
+    if args.lock is None:
+        native = next((work / "proj" / "native").glob("*.whl"))
+        reqs.write_text(
+            "".join(
+                f"{p['name']}=={p['version']} --hash=sha256:{p['wheels'][0]['hashes']['sha256']}\n"
+                for p in overlay
+            )
+            + f"benchnative @ {native.as_uri()} --hash=sha256:{_sha256(native)}\n"
         )
-        + f"benchnative @ {native.as_uri()} --hash=sha256:{_sha256(native)}\n"
-    )
     script = work / "locate.py"  # a file, not -c: the child must not import kvenv from the cwd
     script.write_text(LOCATE)
     counter = iter(range(1_000_000))
@@ -146,10 +166,11 @@ def main() -> int:
             jobs.append(
                 (f"locate kvenv[{label}]", [py, str(script), str(lock), str(fresh("lc"))], _env())
             )
-            env = _env(
-                KVENV_ROOT=str(fresh("root")), KVENV_CACHE_DIR=str(fresh("kc")), KVENV_PYTHON=py
-            )
-            jobs.append((f"apply kvenv[{label}]", [str(kvenv), "apply", str(profile)], env))
+            if args.lock is None:
+                env = _env(
+                    KVENV_ROOT=str(fresh("root")), KVENV_CACHE_DIR=str(fresh("kc")), KVENV_PYTHON=py
+                )
+                jobs.append((f"apply kvenv[{label}]", [str(kvenv), "apply", str(profile)], env))
         if args.uv:
             uv = [args.uv, "pip", "install", "--no-deps", "--target", str(fresh("uvt")),
                   "--cache-dir", str(fresh("uvc")), "--python", sys.executable,
@@ -173,20 +194,22 @@ def main() -> int:
     ratios = {}
     uv_row = results.get("apply uv")
     for label in kvenvs:
-        mine = results[f"apply kvenv[{label}]"]
-        if uv_row:
+        mine = results.get(f"apply kvenv[{label}]")
+        if uv_row and mine:
             ratios[f"apply kvenv[{label}]/uv wall"] = round(mine["wall_s"] / uv_row["wall_s"], 2)
             ratios[f"apply kvenv[{label}]/uv cpu"] = round(mine["cpu_s"] / uv_row["cpu_s"], 2)
     data = {
         "benchmark": "apply-index",
         "what": "cold kvenv apply of a portable lock from the default index vs uv pip install "
         "--target --no-deps of the same hashed pins; and the locate phase alone",
-        "require": args.require,
+        "require": str(args.lock) if args.lock else args.require,
         "wheels": len(overlay),
         "wheel_bytes": sum(int(p["wheels"][0]["size"]) for p in overlay),
         "kvenv": {label: str(path) for label, path in kvenvs.items()},
         "uv": tool_version(args.uv),
         **run_facts(),
+        "median_seconds": _groups(results, "wall_s"),
+        "median_cpu_seconds": _groups(results, "cpu_s"),
         "samples": results,
         "ratios": ratios,
     }
