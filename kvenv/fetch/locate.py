@@ -148,6 +148,11 @@ class Locator:
     def _read(self, job: Future[Found | None], filename: str) -> Found | None:
         try:
             return job.result()
+        except OSError as exc:  # the page cache could not be written
+            raise FetchError(
+                f"cannot keep the index page for {filename} in the cache: {exc}",
+                hint="check the cache directory (--cache, $KVENV_CACHE_DIR): space, permissions",
+            ) from None
         except FetchError as exc:
             raise FetchError(
                 f"cannot search {self._where()} for {filename}: {exc.message}",

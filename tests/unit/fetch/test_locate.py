@@ -206,3 +206,15 @@ def test_the_committed_lock_installs_from_the_real_index(
         head = pages.get_head(f"{index.rstrip('/')}/{canonicalize_name(artifact.name)}/")
         assert head is not None, artifact.name
         assert head.content_type.startswith("application/vnd.pypi.simple.v1+json")
+
+
+def test_a_page_cache_that_cannot_be_written_is_a_clear_error(
+    house: Path, tmp_path: Path, served: tuple[str, list[tuple[str, int]]]
+) -> None:
+    url, _ = served
+    cache = tmp_path / "cache"
+    cache.mkdir()
+    (cache / "pages-v1").write_text("a file where the page cache's directory goes")
+    with pytest.raises(FetchError, match="cannot keep the index page") as info:
+        fetch_all(_wanted(house, tmp_path)[:1], cache=cache, index_urls=[url])
+    assert "--cache" in info.value.render()
