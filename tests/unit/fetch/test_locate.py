@@ -206,6 +206,24 @@ def test_the_committed_lock_installs_from_the_real_index(
         head = pages.get_head(f"{index.rstrip('/')}/{canonicalize_name(artifact.name)}/")
         assert head is not None, artifact.name
         assert head.content_type.startswith("application/vnd.pypi.simple.v1+json")
+    # Stale pages are revalidated: where the index sends validators it answers 304, so only
+    # the heads are rewritten (a mirror without them sends the page again).
+    heads = {}
+    for artifact in small:
+        url = f"{index.rstrip('/')}/{canonicalize_name(artifact.name)}/"
+        head = pages.get_head(url)
+        assert head is not None
+        heads[url] = head
+        pages.put_head(attrs.evolve(head, fetched_at=0.0))
+    bodies = {p: p.stat().st_mtime_ns for p in pages.root.glob("pages-v1/*/*.body")}
+    shutil.rmtree(cache / "artifacts-v1")
+    again = fetch_all(small, cache=cache)
+    assert {sha256_of(p) for p in again.values()} == {a.sha256 for a in small}
+    for url in heads:
+        fresh = pages.get_head(url)
+        assert fresh is not None and fresh.fetched_at > 0.0
+    if all(h.etag or h.last_modified for h in heads.values()):
+        assert {p: p.stat().st_mtime_ns for p in pages.root.glob("pages-v1/*/*.body")} == bodies
 
 
 def test_a_page_cache_that_cannot_be_written_is_a_clear_error(
