@@ -236,3 +236,20 @@ def test_a_page_cache_that_cannot_be_written_is_a_clear_error(
     with pytest.raises(FetchError, match="cannot keep the index page") as info:
         fetch_all(_wanted(house, tmp_path)[:1], cache=cache, index_urls=[url])
     assert "--cache" in info.value.render()
+
+
+def test_a_lock_as_kvenv_0_1_0_wrote_it_is_located(house: Path, tmp_path: Path) -> None:
+    """kvenv 0.1.0's portable locks: paths and no URLs, and no package entry for the native
+    wheel; every overlay wheel is found on the index and verified."""
+    cache = tmp_path / "cache"
+    with serve_index(house) as url, allow_loopback_http():
+        loaded = write_project(tmp_path / "p", distributions=[HOST_TORCH])
+        result = lock_profile(loaded, LockOptions(index=IndexConfig(index_url=url)))
+        blocks = result.text.split("\n[[packages]]\n")
+        old = [b for b in blocks if "native = true" not in b]
+        assert len(old) == len(blocks) - 1 and "url =" not in result.text
+        write_lock(result.path, "\n[[packages]]\n".join(old))
+        overlay = [a for a in artifacts_for(loaded, loaded.lock_path) if a.role == "overlay"]
+        assert {a.name for a in overlay} == {"alpha", "beta", "delta", "six"}
+        got = fetch_all(overlay, cache=cache, index_urls=[url])
+    assert {sha256_of(p) for p in got.values()} == {a.sha256 for a in overlay}
