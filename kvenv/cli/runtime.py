@@ -172,6 +172,11 @@ def _print_inspection(result: Any) -> None:
             f"  manifest: TP {m.tensor_parallel_size}, PP {m.pipeline_parallel_size}, "
             f"vLLM {m.vllm_version or '?'}, dtype {m.dtype or '?'} ({checked})"
         )
+        if m.required_tensors is not None:
+            held = len(m.required_tensors) - len(result.missing_tensors)
+            out(f"  complete: {held} of the {len(m.required_tensors)} tensors the model needs")
+    if result.missing_tensors:
+        err(f"error: {result.missing_text()}")
     for missing in result.missing_metadata:
         err(f"error: required metadata file {missing} is missing")
     for problem in result.errors:

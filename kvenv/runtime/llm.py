@@ -25,7 +25,7 @@ import attrs
 from packaging.version import InvalidVersion, Version
 
 from kvenv.errors import KvenvError, Problem, RuntimeNotReady, ShardError, UsageError
-from kvenv.runtime import gpus, vllmbuild
+from kvenv.runtime import gpus, shardsave, vllmbuild
 from kvenv.runtime.shards import (
     PP_AND_TP_PATTERN,
     SHARD_MANIFEST_NAME,
@@ -296,6 +296,13 @@ class LLM:
         check_keywords(list(kwargs), keywords, self.vllm_version)
         engine, env, dropped = _merge(defaults, kwargs, keywords)
         self.dropped_defaults: tuple[str, ...] = dropped
+        if (
+            "worker_extension_cls" in keywords.engine_fields
+            and "worker_extension_cls" not in kwargs
+        ):
+            # vLLM's extension point: lets save_sharded_model ask the workers which tensors
+            # the model needs and save those they no longer hold (kvenv.runtime.shardsave)
+            engine["worker_extension_cls"] = shardsave.EXTENSION
         tp = _positive("tensor_parallel_size", engine.get("tensor_parallel_size", 1))
         pp = _positive("pipeline_parallel_size", engine.get("pipeline_parallel_size", 1))
         if (
@@ -327,6 +334,7 @@ class LLM:
             else:
                 os.environ.setdefault(key, value)
         self.engine_kwargs: dict[str, Any] = dict(engine)
+        self.saved_from_source = False  # save_sharded_model read emptied tensors from the source
         try:
             self.llm: Any = vllm.LLM(model=self.model, **engine)
         except RuntimeError as exc:
@@ -373,7 +381,12 @@ class LLM:
         pattern = PP_AND_TP_PATTERN if pp > 1 else TP_ONLY_PATTERN
         destination = Path(path)
         source = _metadata_source(self.model, metadata_source, self.engine_kwargs.get("revision"))
+        tensors = self._worker_tensors()
         save = save_route(self.llm)
+        if (tensors is not None and tensors["emptied"]) or (
+            tensors is None and self.vllm_build.cpu
+        ):
+            save = self._save_from_source(tensors, tp, pp)  # or refuse before writing
         created = prepare_destination(destination)
         try:
             save(os.fspath(destination.absolute()), pattern, max_size)
@@ -388,8 +401,16 @@ class LLM:
                 dtype=_text(self.engine_kwargs.get("dtype")),
                 quantization=_text(self.engine_kwargs.get("quantization")),
                 source_model=self.model,
+                required_tensors=tensors["required"] if tensors is not None else None,
             )
             write_shard_manifest(destination, manifest)
+            saved = inspect_shards(destination, tensor_parallel_size=tp, pipeline_parallel_size=pp)
+            if saved.missing_tensors:
+                raise ShardError(
+                    f"refusing the sharded checkpoint vLLM {self.vllm_version} wrote: "
+                    + saved.missing_text(),
+                    hint="nothing was kept; this vLLM does not save complete sharded state",
+                )
         except BaseException as exc:
             _undo(destination, created)
             if isinstance(exc, KvenvError) or not isinstance(exc, Exception):
@@ -400,6 +421,59 @@ class LLM:
                 hint="nothing was kept; fix the cause and save again",
             ) from exc
         return inspect_shards(destination, tensor_parallel_size=tp, pipeline_parallel_size=pp)
+
+    def _worker_tensors(self) -> dict[str, list[str]] | None:
+        """What the workers say the model needs and what they hold empty (None: this LLM
+        was built without kvenv's worker extension; see kvenv.runtime.shardsave)."""
+        if self.engine_kwargs.get("worker_extension_cls") != shardsave.EXTENSION:
+            return None
+        answers = self.llm.collective_rpc("kvenv_tensors")
+        required = sorted({n for a in answers for n in a["required"]})
+        emptied = sorted({n for a in answers for n in a["emptied"]})
+        return {"required": required, "emptied": emptied}
+
+    def _save_from_source(
+        self, tensors: dict[str, list[str]] | None, tp: int, pp: int
+    ) -> SaveFunction:
+        """Where vLLM's own save would be incomplete (weights processed away, as vLLM's CPU
+        build does): save from the source checkpoint when that is possible, else refuse
+        before anything is written."""
+        what = f"vLLM {self.vllm_build.describe()}"
+        if tensors is None:
+            reason = (
+                f"{what} drops the linear layers' weights from a sharded_state save (it "
+                "prepacks them for its CPU kernels), and this LLM was built without kvenv's "
+                "worker extension, which could save them from the source"
+            )
+        else:
+            reason = (
+                f"{what} holds {len(tensors['emptied'])} of the model's "
+                f"{len(tensors['required'])} tensors empty after processing them for its "
+                f"kernels (e.g. {tensors['emptied'][0]}), so its own save would lack them"
+            )
+        source = Path(self.model)
+        fixes = []
+        if tensors is None:
+            fixes.append("build the LLM without worker_extension_cls")
+        if tp * pp != 1:
+            fixes.append("save with tensor_parallel_size=1 and pipeline_parallel_size=1")
+        if not (source.is_dir() and any(source.glob("*.safetensors"))):
+            fixes.append("load the model from a local directory with its .safetensors files")
+        if fixes:
+            raise ShardError(
+                f"cannot save a complete sharded checkpoint: {reason}; nothing was written",
+                hint="; ".join([*fixes, "or save with a GPU build of vLLM"]),
+            )
+        rpc = self.llm.collective_rpc
+        model = os.fspath(source.absolute())
+
+        def from_source(path: str, pattern: str | None, max_size: int | None) -> object:
+            return rpc(
+                "kvenv_save_from_source", args=(path, pattern or TP_ONLY_PATTERN, max_size, model)
+            )
+
+        self.saved_from_source = True
+        return from_source
 
 
 class KaggleLLM(LLM):
