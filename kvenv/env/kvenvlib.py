@@ -22,7 +22,8 @@ from pathlib import Path
 
 from packaging.utils import canonicalize_name
 
-KVENV_LIB = "kvenv-lib"
+from kvenv.env.rootfiles import KVENV_LIB
+
 KVENV_DISTRIBUTION = "kvenv-overlay"
 # What ``import kvenv.runtime`` and building an ``LLM`` (loading its profile) import from
 # outside the standard library: distribution -> import names (tests/unit/env/test_kvenvlib.py

@@ -42,6 +42,7 @@ from kvenv.env.linking import link_checked, with_shebang
 from kvenv.env.plainstate import PlainActivation, manifest_usable
 from kvenv.env.rootfiles import (
     GENERATIONS,
+    KVENV_LIB,
     MANIFEST_FILE,
     POINTER_NAME,
     PathLock,
@@ -52,8 +53,6 @@ from kvenv.env.rootfiles import (
 )
 from kvenv.env.seal import SealBreak, sealed_files
 from kvenv.model.places import LOCK_NAME
-
-KVENV_LIB = "kvenv-lib"  # kvenv.env.kvenvlib.KVENV_LIB (not imported: it needs packaging)
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:  # no ``typing`` at run time
