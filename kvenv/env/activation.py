@@ -124,6 +124,11 @@ def build_activation(
         pythonpath.extend(p for p in extra if p not in pythonpath)
         imports.extend(hooks)
         notes.extend(dropped)
+    from kvenv.env.kvenvlib import lib_dir
+
+    lib = lib_dir(generation)
+    if lib is not None:  # kvenv's own package, last: it shadows nothing (kvenv.env.kvenvlib)
+        pythonpath.append(str(lib))
     activation = Activation(
         pythonpath=pythonpath,
         path=[str(bin_dir)],

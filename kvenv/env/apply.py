@@ -736,6 +736,10 @@ def build_manifest(run: _Run) -> Manifest:
             )
             for d, sha in zip(layer.dists, shas, strict=True)
         )
+    from kvenv.env.kvenvlib import expose_kvenv
+
+    provided = [d.name for d in host.distributions] + [d.name for d in installed]
+    lib_notes = expose_kvenv(gen, provided)
     activation, notes = build_activation(
         generation=gen,
         overlay=overlay_layout.site,
@@ -773,7 +777,7 @@ def build_manifest(run: _Run) -> Manifest:
         protected=run.protected,
         host_protected=_host_protected(loaded, host),
         python=run.interpreter,
-        notes=notes,
+        notes=notes + lib_notes,
         conflicts=conflicts,
         executable_pth=hooks,
     )

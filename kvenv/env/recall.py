@@ -41,6 +41,7 @@ from kvenv.env.linking import link_checked, with_shebang
 from kvenv.env.plainstate import PlainActivation, manifest_usable
 from kvenv.env.rootfiles import (
     GENERATIONS,
+    KVENV_LIB,
     MANIFEST_FILE,
     POINTER_NAME,
     PathLock,
@@ -58,7 +59,7 @@ if TYPE_CHECKING:  # no ``typing`` at run time
     from collections.abc import Callable, Iterable, Mapping, Sequence
     from typing import Any
 
-RECIPE_FORMAT = 1
+RECIPE_FORMAT = 2  # 2: kvenv-lib's links (kvenv.env.kvenvlib)
 _LAYOUT = ("native", "overlay", "bin")  # the manifest's dirs: made even when empty
 
 
@@ -150,6 +151,12 @@ def recipe(
                 with open(record, encoding="utf-8") as stream:
                     records.append([_under(record, gen), stream.read()])
         layout = [_under(manifest["dirs"][name], gen) for name in _LAYOUT]
+        lib = f"{gen}/{KVENV_LIB}"
+        kvenv_lib = (
+            [[name, os.readlink(f"{lib}/{name}")] for name in sorted(os.listdir(lib))]
+            if os.path.isdir(lib)
+            else None
+        )
     except (OSError, ValueError, KeyError, TypeError):
         return None
     if not isinstance(manifest, dict) or not _rebasable(
@@ -170,6 +177,7 @@ def recipe(
         "owner": list(owner),
         "entries": entries,
         "layout": layout,
+        "kvenv_lib": kvenv_lib,
         "links": links,
         "scripts": [[dest, source, mode] for dest, (source, mode) in sorted(scripts.items())],
         "records": records,
@@ -199,6 +207,14 @@ def _rebased(value: Any, old: str, new: str, old_gen: str, new_gen: str) -> Any:
     if isinstance(value, list):
         return [_rebased(v, old, new, old_gen, new_gen) for v in value]
     return value
+
+
+def _plain_name(name: object) -> str:
+    """A directory entry's name: no separator, not ``.``/``..``, not empty."""
+    text = str(name)
+    if not text or "/" in text or text in (".", ".."):
+        raise ValueError(name)
+    return text
 
 
 def _relative(path: object) -> str:
@@ -319,6 +335,8 @@ def replay(
         entries = [_entry_name(sha) for sha in recipe["entries"]]
         known = set(entries)
         layout = [_relative(d) for d in recipe["layout"]]
+        lib = recipe["kvenv_lib"]
+        kvenv_lib = None if lib is None else [(_plain_name(n), str(t)) for n, t in lib]
         groups = [_group(group, known) for group in recipe["links"]]
         scripts = [(_relative(d), _relative(s), int(m) & 0o7777) for d, s, m in recipe["scripts"]]
         for _, source, _ in scripts:
@@ -351,7 +369,7 @@ def replay(
             try:
                 return _build(
                     root, gen, generation, store, python, jobs, layout, by_dir, scripts,
-                    records, rebased,
+                    records, rebased, kvenv_lib,
                 )  # fmt: skip
             except BaseException as exc:
                 if not (root / POINTER_NAME).exists():  # never current: nothing to keep
@@ -394,6 +412,7 @@ def _build(
     scripts: Sequence[tuple[str, str, int]],
     records: Sequence[tuple[str, str]],
     manifest: dict[str, Any],
+    kvenv_lib: Sequence[tuple[str, str]] | None,
 ) -> Built:
     from kvenv.env.shellrender import shim_texts_for
 
@@ -402,6 +421,10 @@ def _build(
     kill_point("verify")
     for directory in layout:
         (gen / directory).mkdir(parents=True, exist_ok=True)
+    if kvenv_lib is not None:  # the same links the full path made (kvenv.env.kvenvlib)
+        (gen / KVENV_LIB).mkdir()
+        for name, target in kvenv_lib:
+            os.symlink(target, gen / KVENV_LIB / name, target_is_directory=os.path.isdir(target))
     if link_checked(by_dir, jobs=jobs) is not None:
         raise _Unsealed  # changed since the check above, or not linkable: the full path's
     kill_point("install-native")

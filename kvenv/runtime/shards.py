@@ -30,6 +30,10 @@ TP_ONLY_PATTERN = "model-rank-{rank}-part-{part}.safetensors"
 PP_AND_TP_PATTERN = "model-pp-{pp_rank}-tp-{tp_rank}-part-{part}.safetensors"
 SHARD_MANIFEST_NAME = "kvenv-shards.json"
 HF_INDEX_NAME = "model.safetensors.index.json"
+_INCOMPLETE_FIX = (
+    "save it again with kvenv's LLM.save_sharded_model, which saves what vLLM's CPU build "
+    "processed away from the source checkpoint, or refuses"
+)
 REQUIRED_METADATA: tuple[str, ...] = ("config.json", "tokenizer_config.json")
 WEIGHT_SUFFIXES: tuple[str, ...] = (".safetensors", ".bin", ".pt", ".pth")
 
@@ -64,10 +68,15 @@ class ShardManifest:
     dtype: str | None = None
     quantization: str | None = None
     source_model: str | None = None
+    # the tensors the model needs (as vLLM's workers reported them at save time); a shard set
+    # without one of them is incomplete and would fail to load ("Missing keys")
+    required_tensors: list[str] | None = None
 
 
 def manifest_to_json(manifest: ShardManifest) -> dict[str, Any]:
     data: dict[str, Any] = convert.unstructure(manifest)
+    if data.get("required_tensors") is None:
+        data.pop("required_tensors", None)  # manifests saved without the list stay as they were
     return data
 
 
@@ -121,6 +130,8 @@ class ShardInspection:
     errors: tuple[Problem, ...]
     topology_errors: tuple[str, ...]
     warnings: tuple[str, ...]
+    # tensors the manifest's required_tensors names that no shard holds
+    missing_tensors: tuple[str, ...] = ()
 
     @property
     def valid(self) -> bool:
@@ -129,6 +140,7 @@ class ShardInspection:
             and not self.errors
             and not self.missing_metadata
             and not self.topology_errors
+            and not self.missing_tensors
         )
 
     @property
@@ -151,9 +163,21 @@ class ShardInspection:
             )
             for m in self.missing_metadata
         ]
+        if self.missing_tensors:
+            found.append(Problem(self.missing_text(), file=self.path, fix=_INCOMPLETE_FIX))
         if not self.shards:
             found.append(Problem("no shard files", file=self.path))
         return found
+
+    def missing_text(self) -> str:
+        """One sentence on the tensors the model needs that no shard holds."""
+        missing = self.missing_tensors
+        required = len(self.manifest.required_tensors or ()) if self.manifest else 0
+        shown = ", ".join(missing[:3]) + (", ..." if len(missing) > 3 else "")
+        return (
+            f"incomplete: {len(missing)} of the {required} tensors the model needs are in no "
+            f"shard ({shown}); vLLM would fail to load it"
+        )
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -175,6 +199,7 @@ class ShardInspection:
             "verified": self.verified,
             "errors": [p.to_json() for p in self.errors],
             "topology_errors": list(self.topology_errors),
+            "missing_tensors": list(self.missing_tensors),
             "warnings": list(self.warnings),
         }
 
@@ -254,6 +279,10 @@ def inspect_shards(
         )
         for entry in scan.shards
     )
+    missing: tuple[str, ...] = ()
+    if manifest is not None and manifest.required_tensors is not None:
+        held = {t.name for h in headers.values() for t in h.tensors}
+        missing = tuple(sorted(set(manifest.required_tensors) - held))
     return ShardInspection(
         path=str(root),
         pattern=scan.pattern,
@@ -270,6 +299,7 @@ def inspect_shards(
         errors=tuple(errors),
         topology_errors=tuple(topology),
         warnings=tuple(warnings),
+        missing_tensors=missing,
     )
 
 
@@ -695,6 +725,7 @@ def build_shard_manifest(
     dtype: str | None,
     quantization: str | None,
     source_model: str | None,
+    required_tensors: list[str] | None = None,
 ) -> ShardManifest:
     """Hash every regular file under ``root`` (links refused) into a manifest."""
     files: list[ManifestFile] = []
@@ -725,6 +756,7 @@ def build_shard_manifest(
         dtype=dtype,
         quantization=quantization,
         source_model=source_model,
+        required_tensors=required_tensors,
     )
 
 

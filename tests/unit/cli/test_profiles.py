@@ -45,7 +45,7 @@ def test_profiles_lists_name_origin_description(
     code, out, _ = run(capsys, "profiles")
     assert code == 0
     lines = {line.split()[0]: line for line in out.splitlines()}
-    assert set(lines) == {"broken", "lab", "demo", "colab-gpu", DEFAULT_PROFILE}
+    assert set(lines) == {"broken", "lab", "demo", "colab-gpu", "cpu-x86-64", DEFAULT_PROFILE}
     assert "builtin" in lines["colab-gpu"] and "Colab GPU runtime" in lines["colab-gpu"]
     assert "project" in lines["lab"] and "the lab box" in lines["lab"]
     assert "builtin" in lines[DEFAULT_PROFILE] and "Kaggle notebook" in lines[DEFAULT_PROFILE]

