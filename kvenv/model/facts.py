@@ -107,7 +107,8 @@ class ProfileFacts:
     @property
     def owner(self) -> tuple[str, str | None]:
         """(name, file) as a runtime root records its owner (the file is None for a
-        built-in profile), as :func:`kvenv.env.root.owner_of` gives it."""
+        built-in profile), as :func:`kvenv.env.root.owner_of` gives it; the name alone decides
+        ownership, the file is for messages."""
         return self.name, (None if self.origin == "builtin" else str(self.path.resolve()))
 
 
