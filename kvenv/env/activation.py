@@ -147,10 +147,15 @@ def activation_for(manifest: Manifest, host: HostSnapshot | None = None) -> Acti
     check_not_shadowing(
         (Path(manifest.dirs.overlay), Path(manifest.dirs.native)), manifest.protected
     )
-    activation = manifest.activation
-    if host is not None:
-        import attrs
+    import attrs
 
+    from kvenv.env.shellrender import path_with_interpreter
+
+    activation = manifest.activation
+    path = path_with_interpreter(activation.path, manifest.python)
+    if path != activation.path:
+        activation = attrs.evolve(activation, path=path)
+    if host is not None:
         activation = attrs.evolve(activation, ld_library_path=host_library_dirs(host))
     return activation
 
@@ -247,8 +252,16 @@ class ShellHook:
 
 
 def shim_texts(locations: Locations, manifest: Manifest) -> dict[Path, str]:
-    """``<root>/activate.{sh,fish,ps1}`` and their text for the generation of ``manifest``."""
-    return shim_texts_for(locations.root, manifest.generation, manifest.activation)
+    """``<root>/activate.{sh,fish,ps1}`` and their text for the generation of ``manifest``
+    (its activation as :func:`activation_for` gives it: the host interpreter's directory on
+    ``PATH``)."""
+    import attrs
+
+    from kvenv.env.shellrender import path_with_interpreter
+
+    path = path_with_interpreter(manifest.activation.path, manifest.python)
+    activation = attrs.evolve(manifest.activation, path=path)
+    return shim_texts_for(locations.root, manifest.generation, activation)
 
 
 def shims_current(locations: Locations, manifest: Manifest) -> bool:

@@ -155,7 +155,11 @@ def quick_activation(
     state = read_current(root_path, cache_path)
     if state is None or not ready(state):
         return None
-    return state.activation, state.manifest_path
+    from kvenv.env.shellrender import path_with_interpreter
+
+    activation = state.activation  # as activation_for completes it: the host interpreter's dir
+    activation.path = path_with_interpreter(activation.path, state.python)
+    return activation, state.manifest_path
 
 
 def resolve_command(command: str, environ: Mapping[str, str]) -> str:
