@@ -181,6 +181,14 @@ def host_python(args: argparse.Namespace, loaded: LoadedProfile) -> HostPython:
     return host
 
 
+def _memo(args: argparse.Namespace) -> Path:
+    """The user's own cache directory, where memos go (:func:`kvenv.model.facts.memo_dir`):
+    never a profile's ``[paths] cache``, so the pure commands write nothing there."""
+    from kvenv.model.facts import memo_dir
+
+    return memo_dir(getattr(args, "cache", None))
+
+
 def _host(
     snapshot: str | None,
     python: HostPython | None = None,
@@ -189,8 +197,8 @@ def _host(
 ) -> HostSnapshot:
     """The host snapshot: a file when given, else one probe of the host interpreter (in
     process only when it is kvenv's own; another interpreter's own facts are memoized under
-    ``cache`` while its files are unchanged). With ``recorder``, the probe's reads are kept
-    there too (the live host's identity: :mod:`kvenv.probe.hostmemo`)."""
+    ``cache``, the user's memo directory, while its files are unchanged). With ``recorder``,
+    the probe's reads are kept there too (the live host's identity: :mod:`kvenv.probe.hostmemo`)."""
     from pathlib import Path
 
     if snapshot:
@@ -293,7 +301,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
     plan = plan_apply(
         loaded,
         profile_lock(loaded),
-        _host(args.host, python, locations.cache, None if args.host else recorder),
+        _host(args.host, python, _memo(args), None if args.host else recorder),
         locations,
         strict=args.strict,
         recorded=_recorded(loaded),
@@ -400,7 +408,7 @@ def cmd_apply(args: argparse.Namespace) -> int:
         recorder = Recorder("apply", args, loaded, locations)  # the root, before it is read
         if not os.path.lexists(locations.root):  # what a new root's generation depends on
             made_new = GenerationRecorder(args, loaded, locations)
-    host = functools.cache(lambda: _host(None, python, locations.cache, recorder))
+    host = functools.cache(lambda: _host(None, python, _memo(args), recorder))
     recorded = functools.cache(lambda: _recorded(loaded))
     # A bundle, already checked above (its unchanged files by their seals), may be a no-op too.
     if quick:
@@ -575,7 +583,7 @@ def cmd_activate(args: argparse.Namespace) -> int:
     if root is not None and getattr(args, "on_success", None) is not None:
         from kvenv.env.plainstate import vouch
 
-        where, cache, accepted = root, locations.cache, path  # the start-up path may use
+        where, cache, accepted = root, _memo(args), path  # the start-up path may use
         args.on_success.append(lambda: vouch(where, cache, accepted))  # these bytes next time
     activation = activation_for(manifest)
     sys.stdout.write(render(activation, shell, manifest_path=str(path)))
@@ -666,7 +674,7 @@ def cmd_verify(args: argparse.Namespace) -> int:
             hint="run `{kvenv apply}` first",
         )
     python = host_python(args, loaded)
-    host = _host(None, python, locations.cache)
+    host = _host(None, python, _memo(args))
     drifts = verify(manifest, host, locations=locations)
     drifts += verify_activation(manifest, loaded, host)
     if args.json:

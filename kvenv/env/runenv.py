@@ -112,9 +112,11 @@ def applied_activation(
     read = read_manifest(path, root=root)
     if on_success is not None and locations is not None and root is not None:
         from kvenv.env.plainstate import vouch
+        from kvenv.model.facts import memo_dir
 
-        where, cache, accepted = root, locations.cache, path  # for the start-up path, once the
-        on_success.append(lambda: vouch(where, cache, accepted))  # command succeeded
+        flag = locations.cache if locations.cache_from == "--cache" else None
+        where, memo, accepted = root, memo_dir(flag), path  # for the start-up path, once the
+        on_success.append(lambda: vouch(where, memo, accepted))  # command succeeded
     return activation_for(read), path
 
 
@@ -140,7 +142,7 @@ def quick_activation(
         facts = cached_facts(profile, cache=cache, environ=environ)
         if facts is None:
             return None
-        root_path, _, cache_path, _ = choose_places(
+        root_path, _, _, _ = choose_places(
             facts.name,
             root=root,
             cache=cache,
@@ -152,7 +154,13 @@ def quick_activation(
         return None
     if owned_by_other(root_path, facts.owner):
         return None
-    state = read_current(root_path, cache_path)
+    from kvenv.model.facts import memo_dir
+
+    try:
+        memo = memo_dir(cache, environ)  # where applied_activation's vouch wrote the verdict
+    except KvenvError:
+        return None
+    state = read_current(root_path, memo)
     if state is None or not ready(state):
         return None
     from kvenv.env.shellrender import path_with_interpreter
