@@ -1,0 +1,184 @@
+"""The same profile is the same place from anywhere (issue 23).
+
+- The README's first command, run inside a checkout laid out as an editable install (``kvenv/``
+  beside ``profiles/``, so ``./profiles/demo.toml`` *is* the built-in ``demo``), then every
+  everyday command on ``demo`` from another directory, with the default root and cache.
+- docs/kaggle.md's "Offline" recipe, its code blocks taken from the page and run as written
+  (``/kaggle/input`` is a read-only bind mount of a directory here), in a network namespace,
+  with only ``$KVENV_PROFILE``, ``$KVENV_ROOT`` and ``$KVENV_CACHE_DIR`` set: ``kvenv.activate()``
+  in Python finds what the CLI applied, and ``status`` and ``verify`` agree.
+- A matrix: each documented way to name the profile (name, ``./profiles`` file, a path, a
+  bundle's copy, ``$KVENV_PROFILE``), the root and the cache (flag, variable, default), from the
+  CLI and from Python, reaches the one applied generation.
+
+The demo is built here (tests/support/demo.py): the built-in one downloads from the index.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import shlex
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.support.demo import clean_env, demo_project
+from tests.support.paths import REPO
+
+KVENV = str(Path(sys.executable).parent / "kvenv")
+
+
+def _run(
+    argv: list[str] | str, cwd: Path, env: dict[str, str], stdin: str | None = None
+) -> subprocess.CompletedProcess[str]:
+    done = subprocess.run(
+        argv,
+        shell=isinstance(argv, str),
+        cwd=cwd,
+        env=env,
+        input=stdin,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert "Traceback" not in done.stderr, (argv, done.stderr)
+    return done
+
+
+def _ok(argv: list[str] | str, cwd: Path, env: dict[str, str], stdin: str | None = None) -> str:
+    done = _run(argv, cwd, env, stdin)
+    assert done.returncode == 0, (argv, done.stdout, done.stderr)
+    return done.stdout
+
+
+def _checkout(base: Path, local: str = "demo") -> Path:
+    """A copy of this checkout as an editable install sees it: the ``kvenv`` package beside
+    ``profiles/``, ``locks/`` and ``schemas/`` (its built-ins), without the built-in ``local``
+    (the test builds its own: :func:`tests.support.demo.demo_project`)."""
+    checkout = base / "checkout"
+    ignore = shutil.ignore_patterns("__pycache__", f"{local}.toml", f"pylock.{local}.toml")
+    for name in ("kvenv", "profiles", "locks", "schemas"):
+        shutil.copytree(REPO / name, checkout / name, ignore=ignore)
+    return checkout
+
+
+def _readme_first_command() -> str:
+    """The README's first command, after kvenv's install (``{ plan; apply demo && ... }``)."""
+    text = (REPO / "README.md").read_text(encoding="utf-8")
+    block = re.search(r"```bash\n(.*?)```", text, re.S)
+    assert block is not None
+    line = next(ln for ln in block.group(1).splitlines() if ln.startswith("python3 -m venv"))
+    install, _, rest = line.partition(" && { ")
+    assert "pip install ." in install and rest.endswith("; }"), line
+    return "{ " + rest.replace(".venv/bin/kvenv", "kvenv")
+
+
+def test_the_readme_demo_from_a_checkout_then_from_anywhere(tmp_path: Path) -> None:
+    checkout = _checkout(tmp_path)
+    home = tmp_path / "home"
+    env = clean_env(home, checkout)
+    where = _ok([sys.executable, "-c", "import kvenv; print(kvenv.__file__)"], tmp_path, env)
+    assert where.strip() == str(checkout / "kvenv" / "__init__.py")  # the copy, as installed
+    demo_project(checkout, env=env)
+    command = _readme_first_command().replace("/tmp/kvenv-demo.md", str(tmp_path / "demo.md"))
+    out = _ok(command, checkout, env)
+    assert "<p># hello *kvenv*</p>" in out, out  # the applied console script ran
+    runtimes = home / ".local" / "share" / "kvenv" / "runtimes" / "demo"
+    assert (runtimes / "current.json").is_file()  # the default root
+    away = tmp_path / "away"
+    away.mkdir()
+    code = "import markdown_it, mdurl; print(markdown_it.__file__)"
+    out = _ok([KVENV, "run", "demo", "--", "python", "-c", code], away, env)
+    assert out.startswith(str(runtimes)), out
+    for command in ("list", "generations", "verify", "activate"):
+        _ok([KVENV, command, "demo"], away, env)
+    status = json.loads(_ok([KVENV, "status", "demo", "--json"], away, env))
+    assert status["applied"] is True and status["owned"] is True, status
+    env["SHELL"] = "/bin/sh"
+    out = _ok([KVENV, "shell", "demo"], away, env, stdin=f"markdown-it {tmp_path / 'demo.md'}\n")
+    assert "<p># hello *kvenv*</p>" in out, out
+    # and the project file, named from the checkout again, is the same profile
+    assert "already up to date" in _ok([KVENV, "apply", "demo"], checkout, env)
+    assert "already up to date" in _ok([KVENV, "apply", "demo"], away, env)
+
+
+def _netns_works() -> bool:
+    if shutil.which("unshare") is None:
+        return False
+    return subprocess.run(["unshare", "-rnm", "true"], capture_output=True).returncode == 0
+
+
+def _kaggle_offline_blocks() -> tuple[str, list[str]]:
+    """docs/kaggle.md "Offline": the connected machine's command, and the notebook cell's
+    lines, as the page gives them."""
+    text = (REPO / "docs" / "kaggle.md").read_text(encoding="utf-8")
+    section = text.split("\n## Offline", 1)[1].split("\n## ", 1)[0]
+    blocks = re.findall(r"```(\w+)\n(.*?)```", section, re.S)
+    (console,) = [body for lang, body in blocks if lang == "console"]
+    (cell,) = [body for lang, body in blocks if lang == "python"]
+    (command,) = [ln[2:] for ln in console.splitlines() if ln.startswith("$ ")]
+    return command, [ln for ln in cell.splitlines() if ln.strip()]
+
+
+@pytest.mark.skipif(not _netns_works(), reason="needs `unshare -rnm` (user, network, mounts)")
+def test_the_kaggle_offline_recipe_runs_as_written(tmp_path: Path) -> None:
+    command, cell = _kaggle_offline_blocks()
+    assert command.startswith("kvenv bundle kaggle-t4x2-cu128 -o kvenv-bundle"), command
+    # kvenv as installed, its built-in kaggle-t4x2-cu128 built here like the demo (the real
+    # one pins vLLM for CUDA): a checkout copy, on the connected machine and offline alike.
+    checkout = _checkout(tmp_path, "kaggle-t4x2-cu128")
+    connected = clean_env(tmp_path / "connected-home", checkout)
+    demo_project(checkout, "kaggle-t4x2-cu128", env=connected)
+    machine = tmp_path / "connected"
+    machine.mkdir()
+    _ok(command, machine, connected)  # the page's command, unchanged
+    inputs = tmp_path / "input"  # /kaggle/input: the dataset, mounted read-only below
+    shutil.copytree(machine / "kvenv-bundle", inputs / "kvenv-bundle")
+    # The offline notebook: its ! lines are shell commands, the rest is Python, in order.
+    pip, *rest = cell
+    assert pip.startswith("!pip install") and "kvenv-overlay" in pip  # kvenv itself: here already
+    working = tmp_path / "working"
+    working.mkdir()
+    script = ["set -e"]
+    python: list[str] = []
+    for line in rest:
+        line = line.replace("/kaggle/input", str(inputs))
+        if line.startswith("!"):
+            script.append(line[1:])
+        else:
+            python.append(line)
+    assert python == ["import kvenv; kvenv.activate()"], python
+    check = (
+        "import markdown_it, mdurl, os, json\n"
+        "print(json.dumps({'native': markdown_it.__file__, 'overlay': mdurl.__file__,"
+        " 'manifest': os.environ.get('KVENV_MANIFEST')}))\n"
+    )
+    program = "\n".join(python) + "\n" + check
+    script.append(f"python -c {shlex.quote(program)} > activated.json")
+    script.append("kvenv status --json > status.json")
+    script.append("kvenv verify --json > verify.json")
+    env = clean_env(tmp_path / "home", checkout)
+    env.update(  # only these: the profile by name (the built-in), the root, the cache
+        KVENV_PROFILE="kaggle-t4x2-cu128",
+        KVENV_ROOT=str(working / "kvenv"),
+        KVENV_CACHE_DIR=str(working / "kvenv-cache"),
+    )
+    mount = 'mount --bind "$0" "$0" && mount -o remount,bind,ro "$0" && exec "$@"'
+    argv = ["unshare", "-rnm", "sh", "-c", mount, str(inputs), "sh", "-c", "\n".join(script)]
+    _ok(argv, working, env)
+    activated = json.loads((working / "activated.json").read_text())
+    root = working / "kvenv"
+    assert activated["native"].startswith(str(root / "generations")), activated
+    assert activated["overlay"].startswith(str(root / "generations")), activated
+    status = json.loads((working / "status.json").read_text())
+    verify = json.loads((working / "verify.json").read_text())
+    assert status["applied"] is True and status["owned"] is True, status
+    assert status["current"] is True, status  # the built-in is the profile the bundle holds
+    assert verify["ok"] is True, verify
+    generation = Path(activated["manifest"]).parent.name
+    assert status["generation"] == verify["generation"] == generation, (status, verify)
