@@ -182,3 +182,82 @@ def test_the_kaggle_offline_recipe_runs_as_written(tmp_path: Path) -> None:
     assert verify["ok"] is True, verify
     generation = Path(activated["manifest"]).parent.name
     assert status["generation"] == verify["generation"] == generation, (status, verify)
+
+
+def test_every_way_to_name_the_profile_root_and_cache_reaches_one_generation(
+    tmp_path: Path,
+) -> None:
+    """One apply of the built-in ``demo`` (a checkout copy's), then each documented way to
+    name the profile (built-in name, ``./profiles`` file, a path, a copy elsewhere, a bundle's
+    copy, ``$KVENV_PROFILE`` by name or path, ``$KVENV_PROFILE_PATH``), the root (``--root``,
+    ``$KVENV_ROOT``, the default) and the cache (``--cache``, ``$KVENV_CACHE_DIR``, the default),
+    from the CLI (``activate``, quick and full path) and from Python (``kvenv.activate()``),
+    activates that one generation."""
+    checkout = _checkout(tmp_path)
+    home = tmp_path / "home"
+    base = clean_env(home, checkout)
+    demo_project(checkout, env=base)
+    away = tmp_path / "away"
+    away.mkdir()
+    _ok([KVENV, "apply", "demo"], away, base)  # the built-in, default root and cache
+    root = home / ".local" / "share" / "kvenv" / "runtimes" / "demo"
+    cache = home / ".cache" / "kvenv"
+    generation = json.loads((root / "current.json").read_text())["generation"]
+    project_file = checkout / "profiles" / "demo.toml"
+    copy = shutil.copytree(checkout, tmp_path / "copy", ignore=shutil.ignore_patterns("kvenv"))
+    _ok([KVENV, "bundle", "demo", "-o", str(tmp_path / "bundle")], away, base)
+    bundled = tmp_path / "bundle" / "profiles" / "demo.toml"
+    assert bundled.is_file()
+
+    # (how, profile argument or None, working directory, environment added)
+    profiles: list[tuple[str, str | None, Path, dict[str, str]]] = [
+        ("built-in by name", "demo", away, {}),
+        ("./profiles by name", "demo", checkout, {}),
+        ("a path", str(project_file), away, {}),
+        ("a relative path", "profiles/demo.toml", checkout, {}),
+        ("a copy elsewhere", str(copy / "profiles" / "demo.toml"), away, {}),
+        ("a bundle's copy", str(bundled), away, {}),
+        ("$KVENV_PROFILE name", None, away, {"KVENV_PROFILE": "demo"}),
+        ("$KVENV_PROFILE path", None, away, {"KVENV_PROFILE": str(bundled)}),
+        ("$KVENV_PROFILE_PATH", "demo", away, {"KVENV_PROFILE_PATH": str(copy / "profiles")}),
+    ]
+    # (how, flags, environment added)
+    roots = [
+        ("default root", [], {}),
+        ("--root", ["--root", str(root)], {}),
+        ("$KVENV_ROOT", [], {"KVENV_ROOT": str(root)}),
+    ]
+    caches = [
+        ("default cache", [], {}),
+        ("--cache", ["--cache", str(cache)], {}),
+        ("$KVENV_CACHE_DIR", [], {"KVENV_CACHE_DIR": str(cache)}),
+    ]
+    cases = [(p, roots[0], caches[0]) for p in profiles]
+    cases += [(profiles[0], r, c) for r in roots for c in caches if (r, c) != (roots[0], caches[0])]
+    seen = []
+    for (how, ref, cwd, added), (root_how, root_flags, root_env), (
+        cache_how,
+        cache_flags,
+        cache_env,
+    ) in cases:
+        env = {**base, **added, **root_env, **cache_env}
+        label = f"{how} / {root_how} / {cache_how}"
+        flags = [*root_flags, *cache_flags]
+        for extra in ([], ["-v"]):  # the start-up path, and the full one
+            argv = [KVENV, "activate", *([ref] if ref else []), *flags, "--shell", "json", *extra]
+            hook = json.loads(_ok(argv, cwd, env))
+            manifest = hook["set"]["KVENV_MANIFEST"]
+            assert Path(manifest).parent.name == generation, (label, extra, manifest)
+        if root_flags or cache_flags:
+            continue  # kvenv.activate() takes the root and cache from the environment only
+        code = (
+            "import os, kvenv\n"
+            f"assert kvenv.activate({ref!r}) is True\n"
+            "import markdown_it\n"
+            "print(os.environ['KVENV_MANIFEST'], markdown_it.__file__)\n"
+        )
+        manifest, module = _ok([sys.executable, "-c", code], cwd, env).split()
+        assert Path(manifest).parent.name == generation, (label, "python", manifest)
+        assert module.startswith(str(root / "generations" / generation)), (label, module)
+        seen.append(label)
+    assert len(seen) == len(profiles) + 3  # every profile way, and root/cache by env in Python
