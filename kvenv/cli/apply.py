@@ -139,11 +139,10 @@ def register(sub: Any) -> None:
 
 
 def _load(args: argparse.Namespace) -> tuple[LoadedProfile, Locations]:
-    from kvenv.model.loading import load_profile
-    from kvenv.model.locations import resolve_locations
+    from kvenv.env.place import find_place  # the one resolver (docs/places.md)
 
-    loaded = load_profile(args.profile)
-    locations = resolve_locations(loaded.profile, root=args.root, cache=args.cache)
+    place = find_place(args.profile, root=args.root, cache=args.cache)
+    loaded, locations = place.loaded, place.locations
     on_success = getattr(args, "on_success", None)
     if on_success is not None:  # recorded for the start-up paths once the command succeeded
         on_success.append(lambda: remember_profile(loaded, args))
@@ -165,17 +164,9 @@ def host_python(args: argparse.Namespace, loaded: LoadedProfile) -> HostPython:
     """The host interpreter for this command: ``--python``, ``$KVENV_PYTHON``, the profile's
     ``[host] python``, the active environment, ``python3`` on PATH, else kvenv's own (with a
     note on stderr). The same rule for plan, apply, verify, status and doctor."""
-    import os
+    from kvenv.env.place import host_python_of
 
-    from kvenv.probe.interpreter import resolve_host_python
-
-    path = loaded.host_python_path
-    host = resolve_host_python(
-        flag=getattr(args, "python", None),
-        environ=os.environ,
-        profile_value=str(path) if path is not None else None,
-        profile_file=str(loaded.path),
-    )
+    host = host_python_of(loaded, getattr(args, "python", None))
     if host.note:
         err(f"note: {host.note}")
     return host

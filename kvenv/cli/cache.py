@@ -50,14 +50,14 @@ def _locations(args: argparse.Namespace) -> Locations:
     import os
 
     from kvenv.cli._io import detail
-    from kvenv.model.locations import Locations, resolve_locations
+    from kvenv.model.locations import Locations
     from kvenv.model.places import ENV_DEFAULT, choose_places
 
     if args.profile is not None or os.environ.get(ENV_DEFAULT):
-        from kvenv.model.loading import load_profile
+        from kvenv.env.place import find_place
 
-        loaded = load_profile(args.profile)
-        locations = resolve_locations(loaded.profile, cache=args.cache)
+        place = find_place(args.profile, cache=args.cache)
+        loaded, locations = place.loaded, place.locations
         detail(f"profile {loaded.profile.name}: {loaded.path} ({loaded.origin})")
     else:
         root, root_from, cache, cache_from = choose_places(

@@ -297,21 +297,17 @@ def locate_manifest(
 ) -> Path | None:
     """The manifest to activate: the argument, ``$KVENV_MANIFEST``, else the current
     generation of the profile's runtime root. None when nothing was applied."""
-    from kvenv.env.root import current_manifest_path
     from kvenv.model.locations import ENV_MANIFEST
 
     if manifest is not None:
         return Path(manifest)
     if profile is None and root is None and os.environ.get(ENV_MANIFEST):
         return Path(os.environ[ENV_MANIFEST])
-    from kvenv.env.root import check_owner, owner_of
-    from kvenv.model.loading import load_profile
-    from kvenv.model.locations import resolve_locations
+    from kvenv.env.place import find_place  # the CLI's resolver (docs/places.md)
 
-    loaded = load_profile(profile)
-    locations = resolve_locations(loaded.profile, root=os.fspath(root) if root else None)
-    check_owner(locations.root, owner_of(loaded))
-    return current_manifest_path(locations.root)
+    place = find_place(profile, root=os.fspath(root) if root else None)
+    place.check_owner()
+    return place.current_manifest_path()
 
 
 def _prepend_env(name: str, entries: Sequence[str]) -> None:
