@@ -2,7 +2,8 @@
 
 - The README's first command, run inside a checkout laid out as an editable install (``kvenv/``
   beside ``profiles/``, so ``./profiles/demo.toml`` *is* the built-in ``demo``), then every
-  everyday command on ``demo`` from another directory, with the default root and cache.
+  everyday command on ``demo`` from another directory, with the default root and cache; the
+  same with kvenv built as a wheel (from that checkout) and installed in a venv of its own.
 - docs/kaggle.md's "Offline" recipe, its code blocks taken from the page and run as written
   (``/kaggle/input`` is a read-only bind mount of a directory here), in a network namespace,
   with only ``$KVENV_PROFILE``, ``$KVENV_ROOT`` and ``$KVENV_CACHE_DIR`` set: ``kvenv.activate()``
@@ -78,33 +79,90 @@ def _readme_first_command() -> str:
     return "{ " + rest.replace(".venv/bin/kvenv", "kvenv")
 
 
+def _readme_then_anywhere(checkout: Path, env: dict[str, str], kvenv: str, tmp: Path) -> None:
+    """The README's first command inside ``checkout``, then every everyday command on ``demo``
+    from another directory, with the default root and cache (under ``env``'s ``HOME``)."""
+    command = _readme_first_command().replace("/tmp/kvenv-demo.md", str(tmp / "demo.md"))
+    out = _ok(command.replace("kvenv ", f"{kvenv} "), checkout, env)
+    assert "<p># hello *kvenv*</p>" in out, out  # the applied console script ran
+    runtimes = Path(env["HOME"]) / ".local" / "share" / "kvenv" / "runtimes" / "demo"
+    assert (runtimes / "current.json").is_file()  # the default root
+    away = tmp / "away"
+    away.mkdir()
+    code = "import markdown_it, mdurl; print(markdown_it.__file__)"
+    out = _ok([kvenv, "run", "demo", "--", "python", "-c", code], away, env)
+    assert out.startswith(str(runtimes)), out
+    for command in ("list", "generations", "verify", "activate"):
+        _ok([kvenv, command, "demo"], away, env)
+    status = json.loads(_ok([kvenv, "status", "demo", "--json"], away, env))
+    assert status["applied"] is True and status["owned"] is True, status
+    assert status["current"] is True, status  # the built-in is the checkout's file
+    shell_env = {**env, "SHELL": "/bin/sh"}
+    stdin = f"markdown-it {tmp / 'demo.md'}\n"
+    out = _ok([kvenv, "shell", "demo"], away, shell_env, stdin=stdin)
+    assert "<p># hello *kvenv*</p>" in out, out
+    # and the project file, named from the checkout again, is the same profile
+    assert "already up to date" in _ok([kvenv, "apply", "demo"], checkout, env)
+    assert "already up to date" in _ok([kvenv, "apply", "demo"], away, env)
+
+
 def test_the_readme_demo_from_a_checkout_then_from_anywhere(tmp_path: Path) -> None:
+    """An editable install: ``./profiles/demo.toml`` in the checkout *is* the built-in."""
     checkout = _checkout(tmp_path)
-    home = tmp_path / "home"
-    env = clean_env(home, checkout)
+    env = clean_env(tmp_path / "home", checkout)
     where = _ok([sys.executable, "-c", "import kvenv; print(kvenv.__file__)"], tmp_path, env)
     assert where.strip() == str(checkout / "kvenv" / "__init__.py")  # the copy, as installed
     demo_project(checkout, env=env)
-    command = _readme_first_command().replace("/tmp/kvenv-demo.md", str(tmp_path / "demo.md"))
-    out = _ok(command, checkout, env)
-    assert "<p># hello *kvenv*</p>" in out, out  # the applied console script ran
-    runtimes = home / ".local" / "share" / "kvenv" / "runtimes" / "demo"
-    assert (runtimes / "current.json").is_file()  # the default root
-    away = tmp_path / "away"
-    away.mkdir()
-    code = "import markdown_it, mdurl; print(markdown_it.__file__)"
-    out = _ok([KVENV, "run", "demo", "--", "python", "-c", code], away, env)
-    assert out.startswith(str(runtimes)), out
-    for command in ("list", "generations", "verify", "activate"):
-        _ok([KVENV, command, "demo"], away, env)
-    status = json.loads(_ok([KVENV, "status", "demo", "--json"], away, env))
-    assert status["applied"] is True and status["owned"] is True, status
-    env["SHELL"] = "/bin/sh"
-    out = _ok([KVENV, "shell", "demo"], away, env, stdin=f"markdown-it {tmp_path / 'demo.md'}\n")
-    assert "<p># hello *kvenv*</p>" in out, out
-    # and the project file, named from the checkout again, is the same profile
-    assert "already up to date" in _ok([KVENV, "apply", "demo"], checkout, env)
-    assert "already up to date" in _ok([KVENV, "apply", "demo"], away, env)
+    _readme_then_anywhere(checkout, env, KVENV, tmp_path)
+
+
+def test_the_readme_demo_with_kvenv_installed_from_its_wheel(tmp_path: Path) -> None:
+    """kvenv built as a wheel (from a checkout whose demo is built here) and installed into a
+    venv of its own: the built-in ``demo`` is the wheel's copy, ``./profiles/demo.toml`` the
+    checkout's file; one profile, one root."""
+    import venv
+
+    from installer import install
+    from installer.destinations import SchemeDictionaryDestination
+    from installer.sources import WheelFile
+
+    checkout = _checkout(tmp_path)
+    for name in ("pyproject.toml", "README.md"):
+        shutil.copy(REPO / name, checkout / name)
+    env = clean_env(tmp_path / "home", checkout)
+    demo_project(checkout, env=env)
+    dist = tmp_path / "dist"
+    build = [sys.executable, "-m", "build", "--wheel", "--no-isolation", "--outdir", str(dist)]
+    _ok(build, checkout, env)
+    (wheel,) = dist.glob("kvenv_overlay-*.whl")
+    home = tmp_path / "kvenv-venv"
+    venv.EnvBuilder(with_pip=False, symlinks=True).create(home)
+    python = home / "bin" / "python"
+    paths = json.loads(
+        _ok(
+            [
+                str(python),
+                "-I",
+                "-c",
+                "import json,sysconfig;print(json.dumps(sysconfig.get_paths()))",
+            ],
+            tmp_path,
+            env,
+        )
+    )
+    scheme = {k: paths[k] for k in ("purelib", "platlib", "scripts", "data")}
+    scheme["headers"] = paths["include"]
+    with WheelFile.open(wheel) as source:
+        install(source, SchemeDictionaryDestination(scheme, str(python), "posix"), {})
+    # kvenv's dependencies: this test environment's, as a path entry (its .pth files, this
+    # checkout's editable kvenv among them, are not processed from there)
+    deps = next(p for p in sys.path if p.endswith("site-packages") and Path(p, "attrs").is_dir())
+    Path(paths["purelib"], "kvenv-test-deps.pth").write_text(deps + "\n")
+    env.pop("PYTHONPATH")
+    env["PATH"] = f"{home / 'bin'}:{env['PATH']}"
+    where = _ok([str(python), "-c", "import kvenv; print(kvenv.__file__)"], tmp_path, env)
+    assert where.strip() == str(Path(paths["purelib"]) / "kvenv" / "__init__.py"), where
+    _readme_then_anywhere(checkout, env, str(home / "bin" / "kvenv"), tmp_path)
 
 
 def _netns_works() -> bool:
