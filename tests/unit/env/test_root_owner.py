@@ -103,6 +103,11 @@ def test_two_names_in_one_root_are_refused_naming_both_and_a_fix(tmp_path: Path)
         fix = f"kvenv reset {project.profile_path.resolve()} --root {root} --yes"
         assert fix in result.err, result.err
         assert "or use 'child'" not in result.err and "or use 't'" not in result.err
+    # the fix runs as printed: the owner's runtime removed, the other profile applies
+    assert _run("reset", project.profile_path.resolve(), "--root", root, "--yes").code == 0
+    assert _run("apply", child).code == 0
+    owner = read_owner(root)
+    assert owner is not None and owner.name == "child"
 
 
 def test_a_root_of_kvenv_0_1_0_naming_another_file_is_adopted(tmp_path: Path) -> None:
