@@ -97,7 +97,7 @@ def _reset_command(owner: RootOwner, root: Path) -> str:
 def _conflict_hint(owner: RootOwner, other: RootOwner, root: Path) -> str:
     return (
         f"give {owner.name!r} a root of its own (--root DIR, $KVENV_ROOT, or [paths] root in "
-        f"its profile), or remove {other.name!r}'s runtime from this root first: "
+        f"its profile), or first remove the runtime of {other.name!r} from this root: "
         f"`{_reset_command(other, root)}`"
     )
 
