@@ -15,9 +15,13 @@ if TYPE_CHECKING:
     from typing import Any
 
 
-def activate(profile: str | None = None, manifest: str | Path | None = None) -> Any:
+def activate(
+    profile: str | None = None, manifest: str | Path | None = None, *, strict: bool = False
+) -> Any:
     """Activate an applied runtime in this interpreter and its children
-    (see :mod:`kvenv.env.activation`)."""
+    (see :mod:`kvenv.env.activation`). A module of the overlay this process already imported
+    at another version gets a :class:`kvenv.errors.AlreadyImportedWarning`; with
+    ``strict=True``, a :class:`kvenv.errors.ConflictError` instead, before anything changes."""
     from kvenv.env.activation import activate_in_process
 
-    return activate_in_process(profile=profile, manifest=manifest)
+    return activate_in_process(profile=profile, manifest=manifest, strict=strict)

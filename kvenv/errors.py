@@ -189,3 +189,12 @@ class RuntimeNotReady(KvenvError):
 
 class ShardError(InputError):
     """A sharded-state checkpoint is malformed or does not match the requested topology."""
+
+
+class KvenvWarning(UserWarning):
+    """Root of every warning kvenv issues through :mod:`warnings` (library code never prints)."""
+
+
+class AlreadyImportedWarning(KvenvWarning):
+    """Activation found a module of the overlay already imported from other files, at another
+    version: the process keeps the loaded copy and may mix the two."""

@@ -6,6 +6,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from kvenv._util import nesting
 from kvenv.errors import InputError, Problem
 
 if sys.version_info >= (3, 11):
@@ -14,15 +15,29 @@ else:
     import tomli as tomllib
 
 
+#: A UTF-8 byte order mark, as some editors start a file: one at the very start is accepted
+#: and skipped (TOML 1.0 only asks for a UTF-8 document; its test suite accepts a leading BOM,
+#: and ``tomllib`` alone would fail with "Invalid statement (at line 1, column 1)").
+BOM = "\ufeff"
+
+
 def loads(text: str, *, file: str) -> dict[str, Any]:
+    """The TOML document ``text`` (read from ``file``; a leading :data:`BOM` is skipped);
+    malformed or nested deeper than :data:`kvenv._util.nesting.MAX_DEPTH`, an
+    :class:`InputError` naming ``file``."""
+    if text.startswith(BOM):
+        text = text[1:]
     try:
         data: dict[str, Any] = tomllib.loads(text)
-        return data
     except tomllib.TOMLDecodeError as exc:
         raise InputError(
             f"invalid TOML: {file}",
             problems=[Problem(str(exc), file=file, path="$", fix="correct the TOML syntax")],
         ) from None
+    except RecursionError:
+        raise nesting.too_deep(text, file=file, parse=tomllib.loads, toml=True) from None
+    nesting.check_depth(data, file=file)
+    return data
 
 
 def read(path: Path, *, max_bytes: int | None = None, what: str = "file") -> dict[str, Any]:

@@ -153,6 +153,35 @@ def _wants_json(arguments: Sequence[str]) -> bool:
     return "--json" in words or "--shell=json" in words or ("--shell", "json") in pairs
 
 
+# Options every command takes (``--json``: most of them) that may also come before the command:
+# ``kvenv -q status`` is ``kvenv status -q``.
+GLOBAL_OPTIONS = frozenset({"-q", "--quiet", "-v", "--verbose", "--json"})
+
+
+def _leading_globals(arguments: Sequence[str]) -> list[str]:
+    """The :data:`GLOBAL_OPTIONS` that open the command line, before the command."""
+    leading: list[str] = []
+    for word in arguments:
+        if word not in GLOBAL_OPTIONS:
+            break
+        leading.append(word)
+    return leading
+
+
+def _after_command(
+    parser: argparse.ArgumentParser, rest: Sequence[str], leading: Sequence[str]
+) -> list[str]:
+    """``rest`` (the command line from the command on) with the ``leading`` global options put
+    right after the command and its verb (``cache verify``), where the command's own parser
+    takes them, and before anything positional or after ``--`` that is not an option."""
+    at = 1
+    command = _commands(parser).get(rest[0])
+    verbs = _commands(command) if command is not None else {}
+    if verbs and len(rest) > 1 and rest[1] in verbs:
+        at = 2
+    return [*rest[:at], *leading, *rest[at:]]
+
+
 def _describe(sub: Any) -> None:
     """Give every command (and nested verb) without a description its one-line help as one,
     so ``kvenv COMMAND --help`` always says what the command does."""
@@ -174,6 +203,8 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
         prog="kvenv",
         description="Pinned native wheels and verified overlays on hosts whose torch/CUDA "
         "must not be touched.",
+        epilog="-q/--quiet, -v/--verbose and --json may come before the command or after it "
+        "(kvenv -q status, kvenv status -q).",
     )
     parser.add_argument("--version", action="version", version=f"kvenv {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
@@ -251,8 +282,12 @@ def _run(argv: Sequence[str] | None) -> int:
         return EXIT_OK
     from kvenv.errors import KvenvError
 
-    first = arguments[0] if arguments and not arguments[0].startswith("-") else None
+    leading = _leading_globals(arguments)
+    rest = arguments[len(leading) :]
+    first = rest[0] if rest and not rest[0].startswith("-") else None
     parser = build_parser(first)
+    if leading and first is not None:
+        arguments = _after_command(parser, rest, leading)
     as_json = _wants_json(arguments)
     try:
         args, extra = parser.parse_known_args(arguments)

@@ -124,6 +124,25 @@ def closest(given: str, choices: Sequence[str]) -> str | None:
     return found[0] if found else None
 
 
+def counted(number: int, word: str, plural: str | None = None) -> str:
+    """``number`` and ``word``, pluralised: ``1 package``, ``2 packages``, ``0 packages``."""
+    return f"{number} {word if number == 1 else (plural or word + 's')}"
+
+
+def progress_amount(done: float, total: float | None = None) -> str:
+    """``done`` bytes (of ``total``) in the unit that suits the larger: ``512/2048 B``,
+    ``0.3/1.2 MB``, ``12.0 kB``; never ``0.0/0.0 MB`` for small files."""
+    largest = max(done, total or 0)
+    scale, name = next(
+        ((s, n) for s, n in ((1e9, "GB"), (1e6, "MB"), (1e3, "kB")) if largest >= s), (1, "B")
+    )
+
+    def shown(value: float) -> str:
+        return f"{value:.0f}" if scale == 1 else f"{value / scale:.1f}"
+
+    return f"{shown(done)}/{shown(total)} {name}" if total is not None else f"{shown(done)} {name}"
+
+
 class TerminalProgress:
     """The one progress display (a :data:`kvenv._util.progress.Progress`): a status line on
     stderr, redrawn at most ten times a second, cleared by :meth:`close`. Inert unless
@@ -167,12 +186,17 @@ class TerminalProgress:
                 text = f"linking {done}/{total or '?'} file(s)"
             else:
                 got = sum(d for d, _ in self._items.values())
-                known = sum(t or 0 for _, t in self._items.values())
+                known = [t for _, t in self._items.values() if t is not None]
                 finished = sum(1 for d, t in self._items.values() if t is not None and d >= t)
-                rate = got / max(now - self._started, 1e-3) / 1e6
+                rate = got / max(now - self._started, 1e-3)
+                amount = (
+                    progress_amount(got, sum(known))
+                    if len(known) == len(self._items)
+                    else f"{progress_amount(got)} (total not known yet)"
+                )
                 text = (
                     f"{phase} {finished}/{len(self._items)} {unit}: "
-                    f"{got / 1e6:.1f}/{known / 1e6:.1f} MB, {rate:.1f} MB/s"
+                    f"{amount}, {progress_amount(rate)}/s"
                 )
             sys.stderr.write("\r" + text[:100].ljust(100))
             sys.stderr.flush()

@@ -14,6 +14,7 @@ from kvenv.cli._io import emit_json, err, out
 from kvenv.cli.exitcodes import EXIT_CHECK_FAILED, EXIT_CONFLICT, EXIT_OK
 
 if TYPE_CHECKING:
+    from kvenv.cluster.driver import ClusterOptions
     from kvenv.cluster.report import ClusterReport
 
 _HELP = {
@@ -70,6 +71,12 @@ def register(sub: Any) -> None:
             p.add_argument("--repair", action="store_true", help="as `kvenv apply --repair`")
         if action == "apply":
             p.add_argument(
+                "--offline",
+                action="store_true",
+                help="no network on any node: each node's cache or the bundle only "
+                "(as `kvenv apply --offline`)",
+            )
+            p.add_argument(
                 "--allow-partial",
                 action="store_true",
                 help="apply on the nodes that plan cleanly even when others do not",
@@ -77,13 +84,14 @@ def register(sub: Any) -> None:
         p.set_defaults(func=cmd_cluster)
 
 
-def cmd_cluster(args: argparse.Namespace) -> int:
-    from kvenv.cluster.driver import ClusterOptions, run_action
+def cluster_options(args: argparse.Namespace) -> ClusterOptions:
+    """The driver's options from a parsed ``kvenv cluster ACTION`` command line."""
+    from kvenv.cluster.driver import ClusterOptions
     from kvenv.errors import UsageError
 
     if getattr(args, "shared", False) and not args.bundle:
         raise UsageError("--shared needs --from BUNDLE (the path every node reads)")
-    options = ClusterOptions(
+    return ClusterOptions(
         address=args.address,
         profile=args.profile,
         root=args.root,
@@ -92,8 +100,15 @@ def cmd_cluster(args: argparse.Namespace) -> int:
         shared=getattr(args, "shared", False),
         strict=getattr(args, "strict", False),
         repair=getattr(args, "repair", False),
+        offline=getattr(args, "offline", False),
         allow_partial=getattr(args, "allow_partial", False),
     )
+
+
+def cmd_cluster(args: argparse.Namespace) -> int:
+    from kvenv.cluster.driver import run_action
+
+    options = cluster_options(args)
     # Ray's own messages (a worker that died, ...) go to stderr: stdout is the report.
     with contextlib.redirect_stdout(sys.stderr):
         report = run_action(args.cluster_action, options)

@@ -384,6 +384,13 @@ def cmd_init(args: argparse.Namespace) -> int:
     out(f"wrote {result.profile}")
     if result.snapshot is not None:
         out(f"wrote {result.snapshot}")
+    if not result.schema_line:
+        from kvenv.model.init import SCHEMA_FILE
+
+        out(
+            f"note: no #:schema line ({Path(args.dir) / SCHEMA_FILE} does not exist); for "
+            f"editor validation: kvenv schema profile > {Path(args.dir) / SCHEMA_FILE}"
+        )
     out(f"next: kvenv validate {result.profile}  and  kvenv doctor {result.profile}")
     return EXIT_OK
 

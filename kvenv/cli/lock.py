@@ -8,7 +8,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from kvenv.cli._io import emit_json, err, out
+from kvenv.cli._io import counted, emit_json, err, out
 from kvenv.cli.exitcodes import EXIT_CHECK_FAILED, EXIT_OK
 
 
@@ -166,10 +166,11 @@ def _passed(
         return EXIT_OK
     for reason in skipped:
         err(f"skipped: {reason}")
+    packages = counted(count, "package")
     if skipped:
-        out(f"ok: {path} is valid and current ({count} packages); target checks skipped")
+        out(f"ok: {path} is valid and current ({packages}); target checks skipped")
     else:
-        out(f"ok: {path} is valid, complete and current ({count} packages)")
+        out(f"ok: {path} is valid, complete and current ({packages})")
     return EXIT_OK
 
 
@@ -254,7 +255,7 @@ def _quick_lock(args: argparse.Namespace) -> int | None:
     if old != text:
         return None
     data["changed"] = False
-    return _report(args, data)
+    return _report(args, data, _package_count(text))
 
 
 def _index_flags(args: argparse.Namespace) -> dict[str, Any]:
@@ -314,19 +315,31 @@ def _lock(args: argparse.Namespace, loaded: Any) -> int:
         if memo is not None:
             wheels = [(p.wheel.sha256, p.wheel.filename) for p in result.resolution.packages]
             memo.remember(result.text, data, [(sha, n) for sha, n in wheels if sha])
-    return _report(args, data)
+        text = result.text
+    return _report(args, data, _package_count(text))
 
 
-def _report(args: argparse.Namespace, data: dict[str, Any]) -> int:
-    """Print a lock's summary (``--json``: the summary itself)."""
+def _package_count(text: str) -> int:
+    """How many ``[[packages]]`` a lock's text holds (the native wheel's entry included): the
+    array-of-tables headers kvenv's writer puts on lines of their own, counted without
+    parsing the document (the recalled lock prints this without loading TOML)."""
+    return sum(1 for line in text.splitlines() if line.strip() == "[[packages]]")
+
+
+def _report(args: argparse.Namespace, data: dict[str, Any], packages: int) -> int:
+    """Print a lock's summary (``--json``: the summary itself). ``packages``: the lock's
+    ``[[packages]]`` (the native wheel's entry included), the count ``lock --check`` prints."""
     if args.json:
         emit_json(data)
         return EXIT_OK
     out(f"{'wrote' if data['changed'] else 'unchanged'}: {data['lock']}")
     shadows: list[dict[str, str]] = list(data["shadows"])
+    overlay = len(data["packages"])
+    native = "the native wheel and " if packages > overlay else ""
     out(
-        f"  {len(data['packages'])} packages for {data['target']}; "
-        f"{data['assumptions']} host assumptions; {len(shadows)} shadowed host packages"
+        f"  {counted(packages, 'package')} for {data['target']}: {native}{overlay} in the "
+        f"overlay; {counted(int(data['assumptions']), 'host assumption')}; "
+        f"{counted(len(shadows), 'shadowed host package')}"
     )
     for shadow in shadows:
         err(

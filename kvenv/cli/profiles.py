@@ -13,6 +13,7 @@ from kvenv.cli._io import emit_json, out
 from kvenv.cli.exitcodes import EXIT_BAD_INPUT, EXIT_CHECK_FAILED, EXIT_OK
 
 if TYPE_CHECKING:
+    from kvenv.errors import KvenvError
     from kvenv.model.loading import LoadedProfile
 
 
@@ -57,8 +58,8 @@ def _display(path: Path) -> str:
 
 
 def cmd_profiles(args: argparse.Namespace) -> int:
-    from kvenv.errors import ProfileError
-    from kvenv.model.loading import iter_profiles, load_profile
+    from kvenv.errors import KvenvError
+    from kvenv.model.loading import iter_misnamed, iter_profiles, load_profile
 
     rows: list[dict[str, Any]] = []
     for name, origin, path in iter_profiles():
@@ -66,10 +67,23 @@ def cmd_profiles(args: argparse.Namespace) -> int:
         try:
             row["description"] = load_profile(str(path)).profile.description
             row["valid"] = True
-        except ProfileError as error:
-            row["description"] = f"(invalid: {error.message}; see `kvenv validate {name}`)"
+        except KvenvError as error:  # any file's own error: the others are still listed
+            reason = _reason(error)
+            row["description"] = f"(invalid: {reason}; see `kvenv validate {name}`)"
             row["valid"] = False
+            row["problem"] = reason
         rows.append(row)
+    for name, origin, path, why in iter_misnamed():
+        rows.append(
+            {
+                "name": name,
+                "origin": origin,
+                "path": _display(path),
+                "description": f"(invalid: {why}; rename the file)",
+                "valid": False,
+                "problem": why,
+            }
+        )
     if args.json:
         emit_json({"profiles": rows})
         return EXIT_OK
@@ -82,6 +96,16 @@ def cmd_profiles(args: argparse.Namespace) -> int:
         about = _one_line(r["description"]) if r["valid"] else r["description"]
         out(f"{r['name']:<{name_width}}  {r['origin']:<{origin_width}}  {about}")
     return EXIT_OK
+
+
+def _reason(error: KvenvError) -> str:
+    """Why a profile is invalid, on one line: its first problem (``$.path: message``)."""
+    if not error.problems:
+        return _one_line(error.message)
+    first = error.problems[0]
+    more = f" (and {len(error.problems) - 1} more)" if len(error.problems) > 1 else ""
+    where = f" at {first.path}" if first.path and first.path != "$" else ""
+    return _one_line(f"{first.message}{more}{where}")
 
 
 DESCRIPTION_WIDTH = 120  # `kvenv profiles` shows this much of a description's first line

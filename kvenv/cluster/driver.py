@@ -30,6 +30,7 @@ class ClusterOptions:
     shared: bool = False  # every node reads ``bundle`` at the same path (else it is shipped)
     strict: bool = False
     repair: bool = False
+    offline: bool = False  # apply: no network on any node (each node's cache or the bundle)
     allow_partial: bool = False
     jobs: int = 8
 
@@ -62,6 +63,7 @@ def _spec(action: ClusterAction, options: ClusterOptions, ray: Any) -> NodeSpec:
         cache=options.cache,
         strict=options.strict,
         repair=options.repair,
+        offline=options.offline,
         shared_bundle=shared,
         shipped=shipped,
         jobs=options.jobs,

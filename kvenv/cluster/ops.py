@@ -64,6 +64,7 @@ class NodeSpec:
     cache: str | None = None
     strict: bool = False
     repair: bool = False
+    offline: bool = False  # apply: no download, as `kvenv apply --offline`
     shared_bundle: str | None = None
     shipped: ShippedBundle | None = None
     jobs: int = 8
@@ -267,7 +268,7 @@ def _do_apply(spec: NodeSpec, python: str, base: dict[str, Any]) -> NodeResult:
     result = apply(
         plan,
         ApplyOptions(
-            offline=bundle is not None,
+            offline=spec.offline or bundle is not None,
             bundle=bundle,
             jobs=spec.jobs,
             python=python,

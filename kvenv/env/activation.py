@@ -317,10 +317,17 @@ def _prepend_env(name: str, entries: Sequence[str]) -> None:
 
 
 def activate_in_process(
-    profile: str | None = None, manifest: str | os.PathLike[str] | None = None
+    profile: str | None = None,
+    manifest: str | os.PathLike[str] | None = None,
+    *,
+    strict: bool = False,
 ) -> bool:
     """Activate an applied generation in this interpreter and, through ``os.environ``, in its
-    child processes. False when nothing was applied; :class:`KvenvError` when it is broken."""
+    child processes. False when nothing was applied; :class:`KvenvError` when it is broken.
+
+    The overlay's modules this process already imported at another version are reported
+    first (:func:`kvenv.env.liveimports.check_live_imports`): a warning each, or with
+    ``strict`` a :class:`~kvenv.errors.ConflictError` before anything is changed."""
     import importlib
     import site
 
@@ -338,6 +345,9 @@ def activate_in_process(
     check_manifest_file(path.absolute())
     loaded = read_manifest(path)
     activation = activation_for(loaded)
+    from kvenv.env.liveimports import check_live_imports
+
+    check_live_imports(loaded, strict=strict)
     before = list(sys.path)
     if loaded.generation not in _ACTIVATED:
         for site_dir in activation.site_dirs:

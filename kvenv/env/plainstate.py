@@ -40,6 +40,7 @@ import json
 import os
 from pathlib import Path
 
+from kvenv._util import jsonio
 from kvenv._util.smallhash import sha256_hex
 
 TYPE_CHECKING = False
@@ -156,7 +157,7 @@ def owned_by_other(root: Path, owner: tuple[str, str | None]) -> bool:
     if not marker.is_file():
         return False
     try:
-        data = json.loads(marker.read_text(encoding="utf-8"))
+        data = jsonio.loads_json(marker.read_text(encoding="utf-8"), file=str(marker))
     except (OSError, ValueError):
         return False
     found = data.get("owner") if isinstance(data, dict) else None
@@ -204,7 +205,9 @@ def ready(state: PlainState) -> bool:
 
 def _pointer(root: Path) -> dict[str, Any] | None:
     try:
-        data = json.loads((root / _POINTER).read_bytes().decode("utf-8"))
+        data = jsonio.loads_json(
+            (root / _POINTER).read_bytes().decode("utf-8"), file=f"{root}/{_POINTER}"
+        )
     except (OSError, ValueError):
         return None
     if not isinstance(data, dict) or not set(data) <= _POINTER_KEYS:
@@ -305,7 +308,7 @@ def read_current(root: Path, cache: Path) -> PlainState | None:
     if not _verdict(cache, pointer["manifest_sha256"], root).is_file():
         return None
     try:
-        data = json.loads(raw.decode("utf-8"))
+        data = jsonio.loads_json(raw.decode("utf-8"), file=str(path))
     except ValueError:
         return None
     if not _usable(data, root, pointer["generation"]):

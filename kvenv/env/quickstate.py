@@ -36,6 +36,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from kvenv._util import jsonio
 from kvenv._util.identity import code_identity, small_sha256
 from kvenv._util.smallhash import sha256_hex
 
@@ -54,7 +55,7 @@ def _entries(directory: str) -> list[os.DirEntry[str]] | None:
 def _current_dirs(manifest: str) -> list[str] | None:
     try:
         with open(manifest, "rb") as stream:
-            dirs = json.loads(stream.read())["dirs"]
+            dirs = jsonio.loads_json(stream.read(), file=manifest)["dirs"]
         return [str(dirs[k]) for k in ("native", "overlay", "bin")]
     except (OSError, ValueError, KeyError, TypeError):
         return None
@@ -100,7 +101,7 @@ def capture(
     current: list[list[Any]] = []
     try:
         with open(pointer, "rb") as stream:
-            generation = json.loads(stream.read())["generation"]
+            generation = jsonio.loads_json(stream.read(), file=str(pointer))["generation"]
     except (OSError, ValueError, KeyError, TypeError):
         generation = None
     if isinstance(generation, str) and os.sep not in generation:
@@ -208,7 +209,8 @@ def recall_answer(directory: Path, key: Mapping[str, Any]) -> dict[str, Any] | N
     are as they were; else None."""
     code = code_identity()
     try:
-        data = json.loads(_record_path(directory, key, code).read_bytes())
+        record = _record_path(directory, key, code)
+        data = jsonio.loads_json(record.read_bytes(), file=str(record))
         if data["key"] != json.loads(json.dumps(dict(key))):
             return None
         where = data["where"]

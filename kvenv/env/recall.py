@@ -31,11 +31,10 @@ Imports only the standard library and kvenv's plain modules (no attrs, cattrs or
 
 from __future__ import annotations
 
-import json
 import os
 from pathlib import Path
 
-from kvenv._util import atomic
+from kvenv._util import atomic, jsonio
 from kvenv._util.killpoint import kill_point
 from kvenv._util.threads import thread_map
 from kvenv.env.linking import link_checked, with_shebang
@@ -134,7 +133,7 @@ def recipe(
     gen = f"{root}/{GENERATIONS}/{generation}"
     try:
         with open(f"{gen}/{MANIFEST_FILE}", "rb") as stream:
-            manifest = json.loads(stream.read())
+            manifest = jsonio.loads_json(stream.read(), file=f"{gen}/{MANIFEST_FILE}")
         links: list[list[str]] = []
         for layer in layers:
             if layer.links is None:
@@ -374,7 +373,7 @@ def _created_at(root: Path) -> str | None:
 
     try:
         with open(root / ROOT_MARKER, "rb") as stream:
-            value = json.loads(stream.read()).get("created_at")
+            value = jsonio.loads_json(stream.read(), file=f"{root}/{ROOT_MARKER}").get("created_at")
     except (OSError, ValueError, AttributeError):
         return None
     return value if isinstance(value, str) else None

@@ -24,7 +24,6 @@ it while a later apply switches (that previous generation is kept until the next
 from __future__ import annotations
 
 import errno
-import json
 import os
 from collections.abc import Callable
 from pathlib import Path
@@ -32,6 +31,7 @@ from typing import TYPE_CHECKING
 
 import attrs
 
+from kvenv._util import jsonio
 from kvenv.env.manifest import MANIFEST_NAME, Manifest, Pointer, path_inside, read_manifest
 from kvenv.env.rootfiles import GENERATIONS as GENERATIONS
 from kvenv.env.rootfiles import POINTER_NAME as POINTER_NAME
@@ -137,7 +137,9 @@ def is_owned(root: Path) -> bool:
 
 def _read_marker(root: Path) -> dict[str, object]:
     try:
-        data = json.loads((root / ROOT_MARKER).read_text(encoding="utf-8"))
+        data = jsonio.loads_json(
+            (root / ROOT_MARKER).read_text(encoding="utf-8"), file=f"{root}/{ROOT_MARKER}"
+        )
     except (OSError, ValueError):
         return {}
     return data if isinstance(data, dict) else {}
@@ -327,7 +329,7 @@ def read_pointer(root: Path) -> Pointer | None:
     """The current-generation pointer of ``root``, or None when nothing was applied."""
     path = root / POINTER_NAME
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
+        data = jsonio.loads_json(path.read_text(encoding="utf-8"), file=str(path))
     except FileNotFoundError:
         return None
     except (OSError, ValueError) as exc:

@@ -17,14 +17,13 @@ from __future__ import annotations
 import array
 import base64
 import hashlib
-import json
 import os
 import stat
 import sys
 from collections.abc import Iterable
 from pathlib import Path
 
-from kvenv._util import atomic
+from kvenv._util import atomic, jsonio
 
 SEAL = ".kvenv-seal.json"
 # 2: directories are recorded by ctime (and the top by its names) instead of being listed on
@@ -185,7 +184,7 @@ def _read_seal(
     ctime, the names at the top; a :class:`SealBreak` when it is missing, unreadable, of
     another format or of the wrong shape."""
     try:
-        data = json.loads((root / SEAL).read_bytes())
+        data = jsonio.loads_json((root / SEAL).read_bytes(), file=f"{root}/{SEAL}")
         if isinstance(data, dict) and data.get("format") in _OLDER_FORMATS:
             return SealBreak(root / SEAL, "old")
         files, dirs, top = data["files"], data["dirs"], data["top"]

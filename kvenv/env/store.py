@@ -45,6 +45,7 @@ from pathlib import Path
 
 import attrs
 
+from kvenv._util import jsonio
 from kvenv._util.importnames import fold, import_name_of, protected_import_names
 from kvenv._util.progress import Progress
 from kvenv.env.linking import group_links, link_many, with_shebang
@@ -103,7 +104,7 @@ def lookup(store: Path, sha256: str) -> StoreEntry | None:
             known = _MARKERS.get(path)
             if known is not None and known[0] == identity:
                 return known[1]
-            data = json.loads(stream.read())
+            data = jsonio.loads_json(stream.read(), file=str(path))
         marker = convert.structure(data, _Marker, file=path, what="marker")
     except (OSError, ValueError, InputError):
         return None  # absent, partial or from another kvenv version: not a complete entry

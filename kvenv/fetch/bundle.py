@@ -37,7 +37,7 @@ from typing import Literal
 import attrs
 
 from kvenv import __version__
-from kvenv._util import tomlio
+from kvenv._util import jsonio, tomlio
 from kvenv._util.hashing import HashingWriter, copy_hashing, sha256_file, sha_mismatch
 from kvenv._util.progress import Progress
 from kvenv.errors import InputError, IntegrityError, Problem
@@ -184,7 +184,9 @@ def _refuse_foreign(out: Path) -> None:
 
 def _is_bundle(directory: Path) -> bool:
     try:
-        data = json.loads((directory / INDEX).read_text(encoding="utf-8"))
+        data = jsonio.loads_json(
+            (directory / INDEX).read_text(encoding="utf-8"), file=str(directory / INDEX)
+        )
     except (OSError, ValueError):
         return False
     return isinstance(data, dict) and data.get("kind") == KIND
@@ -408,7 +410,7 @@ def _read_sums(root: Path) -> dict[str, str]:
 def _read_index(root: Path) -> BundleIndex:
     path = root / INDEX
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
+        data = jsonio.loads_json(path.read_text(encoding="utf-8"), file=str(path))
     except FileNotFoundError:
         raise InputError(f"not a kvenv bundle (no {INDEX}): {root}") from None
     except (OSError, ValueError) as exc:

@@ -18,11 +18,10 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
-import json
 import os
 from pathlib import Path
 
-from kvenv._util import atomic
+from kvenv._util import atomic, jsonio
 
 SEALS_DIR = "bundle-seals-v1"
 BUNDLE_SEAL_FORMAT = 1
@@ -46,7 +45,8 @@ def read_bundle_seal(seals: Path, root: Path) -> dict[str, Identity]:
     """``relative path -> identity`` of the files verified in an earlier run; empty when there
     is no readable seal for this bundle (then every file is hashed)."""
     try:
-        data = json.loads(seal_path(seals, root).read_text(encoding="utf-8"))
+        seal = seal_path(seals, root)
+        data = jsonio.loads_json(seal.read_text(encoding="utf-8"), file=str(seal))
     except (OSError, ValueError):
         return {}
     if (

@@ -29,7 +29,7 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
-from kvenv._util import atomic
+from kvenv._util import atomic, jsonio
 from kvenv._util.hashing import HashingWriter, sha256_file
 
 _LAYOUT = "artifacts-v1"
@@ -156,7 +156,9 @@ class ArtifactCache:
 
     def _marker_matches(self, path: Path, size: int | None) -> bool:
         try:
-            recorded = json.loads((path.parent / _MARKER).read_text())
+            recorded = jsonio.loads_json(
+                (path.parent / _MARKER).read_text(), file=str(path.parent / _MARKER)
+            )
             stat = path.stat()
         except (OSError, ValueError):
             return False
@@ -170,7 +172,7 @@ class ArtifactCache:
     def _write_marker(self, path: Path) -> None:
         marker = path.parent / _MARKER
         try:
-            recorded = json.loads(marker.read_text())
+            recorded = jsonio.loads_json(marker.read_text(), file=str(marker))
         except (OSError, ValueError):
             recorded = {}
         if not isinstance(recorded, dict):

@@ -18,7 +18,7 @@ from typing import Any
 
 import attrs
 
-from kvenv._util import atomic
+from kvenv._util import atomic, jsonio
 
 
 def _digest(text: str) -> str:
@@ -73,12 +73,13 @@ class IndexCache:
     # index pages ---------------------------------------------------------------------------
     def get_page(self, url: str) -> CachedPage | None:
         key = _digest(url)
-        head = self._read(self._path("pages-v1", key, ".json"))
+        head_path = self._path("pages-v1", key, ".json")
+        head = self._read(head_path)
         body = self._read(self._path("pages-v1", key, ".body"))
         if head is None or body is None:
             return None
         try:
-            info: dict[str, Any] = json.loads(head)
+            info: dict[str, Any] = jsonio.loads_json(head, file=str(head_path))
             return CachedPage(
                 url=url,
                 content=body,
@@ -107,11 +108,12 @@ class IndexCache:
 
     def get_head(self, url: str) -> PageHead | None:
         """The head of a cached page, without reading its bytes."""
-        raw = self._read(self._path("pages-v1", _digest(url), ".json"))
+        path = self._path("pages-v1", _digest(url), ".json")
+        raw = self._read(path)
         if raw is None:
             return None
         try:
-            info: dict[str, Any] = json.loads(raw)
+            info: dict[str, Any] = jsonio.loads_json(raw, file=str(path))
             sha256 = info.get("sha256")
             return PageHead(
                 url=url,
@@ -175,11 +177,12 @@ class IndexCache:
 
     # digests of files whose index gave none ------------------------------------------------
     def get_digest(self, key: str) -> tuple[str, int] | None:
-        raw = self._read(self._path("digests-v1", _digest(key), ".json"))
+        path = self._path("digests-v1", _digest(key), ".json")
+        raw = self._read(path)
         if raw is None:
             return None
         try:
-            data = json.loads(raw)
+            data = jsonio.loads_json(raw, file=str(path))
             return str(data["sha256"]), int(data["size"])
         except (ValueError, KeyError, TypeError):
             return None

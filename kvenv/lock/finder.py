@@ -34,6 +34,7 @@ from packaging.utils import (
 )
 from packaging.version import InvalidVersion, Version
 
+from kvenv._util import jsonio
 from kvenv._util.redact import redact_url
 from kvenv.errors import FetchError
 from kvenv.lock.cache import CachedPage, IndexCache, PageHead
@@ -259,8 +260,8 @@ class Finder:
             files: list[Any] = scanned[1]
         else:
             try:
-                data = json.loads(page.content)
-            except ValueError:
+                data = jsonio.loads_json(page.content, file=redact_url(base))
+            except ValueError:  # malformed, or nested too deeply (kvenv._util.nesting)
                 raise FetchError(f"invalid JSON index page: {redact_url(base)}") from None
             files = data.get("files", []) if isinstance(data, dict) else []
         python = self.target.python_full_version
@@ -564,8 +565,8 @@ def _entries(page: Any, index: str | None) -> list[_Entry]:
     base = page.link.url_without_fragment
     if page.content_type.startswith("application/vnd.pypi.simple.v1+json"):
         try:
-            data = json.loads(page.content)
-        except ValueError:
+            data = jsonio.loads_json(page.content, file=redact_url(base))
+        except ValueError:  # malformed, or nested too deeply (kvenv._util.nesting)
             raise FetchError(f"invalid JSON index page: {redact_url(base)}") from None
         out = []
         for file in data.get("files", []):

@@ -22,6 +22,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from kvenv._util import jsonio
 from kvenv._util.identity import code_identity
 
 MEMO_DIR = "lock-memo-v1"
@@ -109,7 +110,8 @@ def recall(
     """The lock text and summary kept under ``key``, when each wheel it locked is as present
     in the artifact cache (``present(sha256, filename)``) as when it was kept; else None."""
     try:
-        data = json.loads(_entry(cache_root, key).read_text(encoding="utf-8"))
+        entry = _entry(cache_root, key)
+        data = jsonio.loads_json(entry.read_text(encoding="utf-8"), file=str(entry))
         text, summary, wheels = data["text"], data["summary"], data["wheels"]
         now = {sha: present(sha, name) for sha, name, _ in wheels}
         then = {sha: was for sha, _, was in wheels}

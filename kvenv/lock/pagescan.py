@@ -59,7 +59,7 @@ def _object_around(
             return None
         try:
             obj, end = _DECODER.raw_decode(text, pos)
-        except ValueError:
+        except (ValueError, RecursionError):  # a hostile page nesting too deep: no answer
             continue
         if end >= stop and isinstance(obj, dict) and obj.get("filename") == filename:
             return obj, end

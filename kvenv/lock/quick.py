@@ -34,6 +34,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from kvenv._util import jsonio
 from kvenv._util.identity import code_identity, small_sha256, stat_identity
 from kvenv._util.smallhash import sha256_hex
 
@@ -66,7 +67,9 @@ def _read(directory: Path, key: str | None) -> dict[str, Any] | None:
     if key is None:
         return None
     try:
-        data = json.loads((directory / f"{key}.json").read_bytes())
+        data = jsonio.loads_json(
+            (directory / f"{key}.json").read_bytes(), file=f"{directory}/{key}.json"
+        )
     except (OSError, ValueError):
         return None
     return data if isinstance(data, dict) else None

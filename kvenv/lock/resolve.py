@@ -9,7 +9,7 @@ from typing import Any
 
 import attrs
 from packaging.specifiers import SpecifierSet
-from packaging.utils import NormalizedName
+from packaging.utils import NormalizedName, canonicalize_name
 from packaging.version import Version
 
 from kvenv.errors import ConflictError, Problem
@@ -104,16 +104,59 @@ class Resolution:
 
 
 def resolve(request: LockRequest, universe: Universe) -> Resolution:
-    """Resolve the native wheel's requirements (and the extra roots) for the target."""
-    from resolvelib import BaseReporter, ResolutionImpossible, ResolutionTooDeep, Resolver
+    """Resolve the native wheel's requirements (and the extra roots) for the target.
 
-    provider = Provider(
-        target=request.target,
-        universe=universe,
-        host=request.host,
-        native=request.native,
-        policy=request.policy(),
-    )
+    A requirement nothing can meet (a protected package the host lacks or has in another
+    version, a package no source lists) does not stop at the first: it is set aside and the
+    resolution runs again, so one :class:`ConflictError` lists every such requirement, each
+    with its fix (:func:`unmet_error`)."""
+    from resolvelib import ResolutionImpossible
+
+    unmet: list[Problem] = []
+    first: ConflictError | None = None  # the error a lock without this search would give
+    skipped: frozenset[str] = frozenset()
+    policy = request.policy()
+    while True:
+        provider = Provider(
+            target=request.target,
+            universe=universe,
+            host=request.host,
+            native=request.native,
+            policy=attrs.evolve(policy, waived=policy.waived | skipped),
+        )
+        try:
+            result, waived_roots = _attempt(request, universe, provider)
+        except ResolutionImpossible as exc:
+            causes = list(exc.causes)
+            names = {name_key(cause.requirement.name) for cause in causes}
+            if (
+                names
+                and not names & skipped
+                and all(
+                    _unavailable(cause.requirement.name, provider, universe) for cause in causes
+                )
+            ):
+                first = first or explain_conflict(causes, provider, universe, request)
+                unmet.extend(_unmet_problems(causes, provider, universe))
+                skipped |= names
+                continue
+            error = explain_conflict(causes, provider, universe, request)
+            if not unmet:
+                raise error from None
+            raise unmet_error([*unmet, *error.problems], request) from None
+        if first is not None and len(unmet) == 1:  # the one problem, now with its fix
+            raise ConflictError(first.message, problems=unmet, hint=first.hint)
+        if unmet:
+            raise unmet_error(unmet, request)
+        return _collect(result, provider, universe, request, waived_roots)
+
+
+def _attempt(
+    request: LockRequest, universe: Universe, provider: Provider
+) -> tuple[Any, list[tuple[str, str]]]:
+    """One run of the resolver with ``provider``: its result and the waived roots."""
+    from resolvelib import BaseReporter, ResolutionTooDeep, Resolver
+
     roots = [Req.pinned(provider.native_candidate())]
     waived_roots: list[tuple[str, str]] = []
     for root in request.roots:
@@ -133,15 +176,78 @@ def resolve(request: LockRequest, universe: Universe) -> Resolution:
     universe.prefetch(_native_wants(provider))
     resolver: Resolver[Req, Candidate, str] = Resolver(provider, BaseReporter())
     try:
-        result = resolver.resolve(roots, max_rounds=MAX_ROUNDS)
-    except ResolutionImpossible as exc:
-        raise explain_conflict(exc.causes, provider, universe, request) from None
+        return resolver.resolve(roots, max_rounds=MAX_ROUNDS), waived_roots
     except ResolutionTooDeep:
         raise ConflictError(
             f"resolution did not finish in {MAX_ROUNDS} rounds",
             hint="pin some versions with --constraint or --prefer to narrow the search",
         ) from None
-    return _collect(result, provider, universe, request, waived_roots)
+
+
+def _unavailable(name: str, provider: Provider, universe: Universe) -> bool:
+    """Whether no candidate at all can meet a requirement on ``name``: a protected package
+    (only the host's may, and it did not), or one that neither the host nor any source has."""
+    key = NormalizedName(canonicalize_name(name))
+    if provider.is_protected(key):
+        return True
+    if key == provider.native.name:
+        return False
+    return provider.host_candidate(key) is None and not list(universe.versions(key))
+
+
+def _unmet_problems(causes: Sequence[Any], provider: Provider, universe: Universe) -> list[Problem]:
+    """One problem per name in ``causes`` (requirements nothing can meet), with its fix."""
+    by_name: dict[str, list[tuple[Req, Candidate | None]]] = defaultdict(list)
+    for cause in causes:
+        pair = (cause.requirement, cause.parent)
+        if pair not in by_name[cause.requirement.name]:
+            by_name[cause.requirement.name].append(pair)
+    problems = []
+    for name in sorted(by_name):
+        pairs = by_name[name]
+        wants = "; ".join(
+            f"{_who(parent, req)} requires {req.text}" for req, parent in sorted(pairs, key=_key)
+        )
+        reason = _why_not(NormalizedName(name), [r for r, _ in pairs], provider, universe)
+        problems.append(
+            Problem(
+                f"{wants}; {reason}",
+                path=name,
+                fix=_unmet_fix(NormalizedName(name), provider),
+            )
+        )
+    return problems
+
+
+def _unmet_fix(name: NormalizedName, provider: Provider) -> str:
+    waive = f'[[host.waivers]] name = "{name}" with a reason'
+    if provider.is_protected(name):
+        host = provider.host_candidate(name)
+        if host is None:
+            return (
+                f"waive it ({waive}) if the native wheel works without it, or install {name} "
+                "on the host and record the host snapshot again (`kvenv fingerprint --save`)"
+            )
+        return (
+            f"waive it ({waive}) if the host's {name} works anyway, or use a native build made "
+            f"against the host's {name} {host.version or ''}".rstrip()
+        )
+    return (
+        f"waive it ({waive}) if the native wheel works without it; protect it ([host] "
+        f"protected) if the host should provide it; or add an index or wheelhouse that has it "
+        "(--extra-index-url, --find-links)"
+    )
+
+
+def unmet_error(problems: Sequence[Problem], request: LockRequest) -> ConflictError:
+    """One error for every requirement a lock could not meet, each problem with its fix."""
+    names = ", ".join(dict.fromkeys(p.path or "?" for p in problems))
+    return ConflictError(
+        f"cannot lock for {request.target.describe()}: {len(problems)} requirements cannot be "
+        f"met ({names})",
+        problems=problems,
+        hint="each line says its fix; fix them all, then lock again",
+    )
 
 
 def _native_wants(provider: Provider) -> list[tuple[NormalizedName, SpecifierSet]]:

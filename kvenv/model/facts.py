@@ -33,6 +33,7 @@ import os
 from collections.abc import Mapping
 from pathlib import Path
 
+from kvenv._util import jsonio
 from kvenv._util.identity import code_identity, small_sha256, stat_identity
 from kvenv._util.smallhash import sha256_hex
 
@@ -242,7 +243,7 @@ def cached_facts(
     code = code_identity("model")
     try:
         record = facts_dir(cache, env) / f"{_key(ref, here, env, code)}.json"
-        data = json.loads(record.read_bytes())
+        data = jsonio.loads_json(record.read_bytes(), file=str(record))
     except (OSError, ValueError, KvenvError):  # KvenvError: a blank cache path
         return None
     try:

@@ -80,6 +80,27 @@ NO_TRAVERSAL: frozenset[object] = frozenset({RelPath, RootPath})
 
 _COMPILED: dict[object, re.Pattern[str]] = {}  # compiled on first use (CLI startup time)
 
+# Kinds whose every character is ASCII: a non-ASCII character in one (a Greek omicron in
+# "t\u03bfrch", a Cyrillic "а" in a profile name) is named by its code point, since it looks
+# like the ASCII letter it replaces.
+ASCII_ONLY: frozenset[object] = frozenset(
+    {Sha256, Revision, PackageName, ProfileName, PythonVersion, DottedVersion, HfRepo, EnvName}
+)
+
+
+def foreign_character(value: str) -> str | None:
+    """``value``'s first non-ASCII character named as ``U+03BF GREEK SMALL LETTER OMICRON``
+    with its position (1-based), or None when ``value`` is ASCII."""
+    if value.isascii():
+        return None
+    import unicodedata
+
+    for index, char in enumerate(value, 1):
+        if not char.isascii():
+            name = unicodedata.name(char, "an unnamed character")
+            return f"character {index} is U+{ord(char):04X} {name}, not ASCII"
+    return None
+
 
 def check(kind: object, value: str) -> str | None:
     """Return None when ``value`` is valid for ``kind``, else the reason and fix."""
@@ -88,6 +109,9 @@ def check(kind: object, value: str) -> str | None:
     if compiled is None:
         compiled = _COMPILED[kind] = re.compile(pattern)
     if not compiled.fullmatch(value):
+        foreign = foreign_character(value) if kind in ASCII_ONLY else None
+        if foreign is not None:
+            return f"{value!r} is not valid: {foreign} (a look-alike?); {fix}"
         return f"{value!r} is not valid: {fix}"
     if kind in NO_TRAVERSAL and re.search(TRAVERSAL, value):
         return f"{value!r} is not valid: path traversal ('..') is not allowed; {fix}"

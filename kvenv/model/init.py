@@ -24,6 +24,9 @@ from kvenv.model.profile import DEFAULT_PROTECTED
 from kvenv.model.snapshot import HostSnapshot, write_snapshot
 from kvenv.model.target import target_from_host
 
+# The project-relative file the profile's ``#:schema ../schemas/...`` line (it sits in
+# ``profiles/``) points at.
+SCHEMA_FILE = SCHEMA_LINE.split(" ", 1)[1].removeprefix("../")
 _DOTTED = re.compile(r"\d+(?:\.\d+)*")
 _PYTHON = re.compile(r"3\.\d+(?:\.\d+)?")
 
@@ -117,16 +120,26 @@ def render_profile(
     host: HostSnapshot | None = None,
     snapshot: str | None = None,
     today: str = "",
+    schema_line: bool = True,
 ) -> str:
     """The commented TOML of a new profile. ``host`` fills ``[target]``; ``snapshot`` is the
-    project-relative path of its saved snapshot."""
-    head = [
-        SCHEMA_LINE,
-        f"# Profile {name!r}, started with `kvenv init`{f' on {today}' if today else ''}.",
-    ]
+    project-relative path of its saved snapshot; ``schema_line``: the first line points editors
+    at the JSON Schema (only true when the schema file is where the line points)."""
+    head = [SCHEMA_LINE] if schema_line else []
+    head.append(f"# Profile {name!r}, started with `kvenv init`{f' on {today}' if today else ''}.")
+    head.append(
+        f"# Check it: kvenv validate {name}    Check a host against it: kvenv doctor {name}"
+    )
+    if schema_line:
+        head.append(
+            "# Field reference: docs/profiles.md (editors validate it via the #:schema line)."
+        )
+    else:
+        head += [
+            "# Field reference: docs/profiles.md. For editor validation, write the schema with",
+            f"# `kvenv schema profile > {SCHEMA_FILE}` and put `{SCHEMA_LINE}` first.",
+        ]
     head += [
-        f"# Check it: kvenv validate {name}    Check a host against it: kvenv doctor {name}",
-        "# Field reference: docs/profiles.md (editors validate it via the #:schema line).",
         "schema = 1",
         f"name = {_quote(name)}",
     ]
@@ -194,10 +207,12 @@ def _quote(text: str) -> str:
 
 @attrs.frozen
 class InitResult:
-    """What :func:`init_profile` wrote."""
+    """What :func:`init_profile` wrote (``schema_line``: whether the profile's first line
+    points at the JSON Schema, written only when the schema file is there)."""
 
     profile: Path
     snapshot: Path | None = None
+    schema_line: bool = False
 
 
 def init_profile(
@@ -231,12 +246,14 @@ def init_profile(
     if extends:
         find_profile(extends, cwd=project)
     snap = host() if host is not None else None
+    schema_here = (project / SCHEMA_FILE).is_file()  # where the line, in profiles/, points
     text = render_profile(
         name,
         extends=extends,
         host=snap,
         snapshot=snap_rel if snap is not None else None,
         today=today,
+        schema_line=schema_here,
     )
     directory.mkdir(parents=True, exist_ok=True)
     _check_loads(text, directory / f".{name}.{os.getpid()}.init.toml", project)
@@ -253,7 +270,7 @@ def init_profile(
         if isinstance(exc, FileExistsError):
             raise InputError(f"refusing to overwrite {path}") from None
         raise
-    return InitResult(path, snap_path if snap is not None else None)
+    return InitResult(path, snap_path if snap is not None else None, schema_here)
 
 
 def _check_loads(text: str, scratch: Path, project: Path) -> None:

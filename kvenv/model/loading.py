@@ -19,6 +19,7 @@ from kvenv._util import tomlio
 from kvenv._util.resources import data_dir
 from kvenv.errors import InputError, Problem, ProfileError, ProfileNotReadable
 from kvenv.model import convert
+from kvenv.model.fields import foreign_character
 from kvenv.model.places import DEFAULT_PROFILE, ENV_DEFAULT, ENV_PATH
 from kvenv.model.profile import (
     HfSource,
@@ -116,8 +117,10 @@ def find_profile(ref: str, *, cwd: Path | None = None) -> tuple[Path, str]:
             )
         return path, "path"
     if not _is_name(ref):
+        foreign = foreign_character(ref)
         raise ProfileNotReadable(
-            f"not a profile name or .toml path: {ref!r}",
+            f"not a profile name or .toml path: {ref!r}"
+            + (f" ({foreign}: a look-alike?)" if foreign else ""),
             hint="a name is lowercase letters, digits, '.', '_' and '-'; a path ends in .toml",
         )
     looked: list[str] = []
@@ -161,6 +164,24 @@ def iter_profiles(*, cwd: Path | None = None) -> Iterator[tuple[str, str, Path]]
             if path.stem not in seen and _is_name(path.stem):
                 seen.add(path.stem)
                 yield path.stem, origin, path
+
+
+def iter_misnamed(*, cwd: Path | None = None) -> Iterator[tuple[str, str, Path, str]]:
+    """Every ``*.toml`` file in a profile directory (not the built-ins) whose name cannot name
+    a profile, as (stem, origin, path, why): ``profiles/Demo.toml`` or one with a look-alike
+    letter is never found by its name, and ``kvenv profiles`` says so."""
+    for origin, directory in _search_dirs(cwd or Path.cwd()):
+        if origin == "builtin" or not directory.is_dir():
+            continue
+        for path in sorted(directory.glob("*.toml")):
+            if not _is_name(path.stem):
+                foreign = foreign_character(path.stem)
+                why = f"{path.stem!r} is not a profile name" + (
+                    f" ({foreign}: a look-alike?)"
+                    if foreign
+                    else " (lowercase letters, digits, '.', '_' and '-')"
+                )
+                yield path.stem, origin, path, why
 
 
 def _read_raw(path: Path) -> tuple[dict[str, Any], str]:
@@ -244,6 +265,8 @@ def load_profile(ref: str | None = None, *, cwd: Path | None = None) -> LoadedPr
                 hint="remove one of the extends links",
             )
         raw, sha256 = _read_raw(current)
+        if not raw:
+            raise _empty_profile(current, here)
         chain.append((current, raw))
         shas.append(sha256)
         parent = raw.get("extends")
@@ -321,9 +344,11 @@ def _find_parent(parent: str, child: Path, cwd: Path) -> Path:
     """A parent named by path is relative to the child's file. A parent named by name is looked
     up next to the child first, then in the discovery order; the child itself is skipped, so a
     project profile may extend the built-in profile of the same name."""
+    itself = False
     if _looks_like_path(parent):
         candidate = child.parent / Path(parent).expanduser()
-        if candidate.is_file():
+        itself = candidate.is_file() and _same_file(candidate, child)
+        if candidate.is_file() and not itself:
             return candidate
         fix = f"no file {candidate}; give a .toml path relative to {child.parent}"
     elif _is_name(parent):
@@ -332,9 +357,26 @@ def _find_parent(parent: str, child: Path, cwd: Path) -> Path:
             candidate = directory / f"{parent}.toml"
             if candidate.is_file() and not _same_file(candidate, child):
                 return candidate
+            itself = itself or (candidate.is_file() and _same_file(candidate, child))
         fix = "looked in " + ", ".join(dict.fromkeys(str(d) for d in directories))
     else:
-        fix = "give a profile name (lowercase letters, digits, '.', '_', '-') or a .toml path"
+        foreign = foreign_character(parent)
+        fix = (f"{foreign}; " if foreign else "") + (
+            "give a profile name (lowercase letters, digits, '.', '_', '-') or a .toml path"
+        )
+    if itself:
+        raise ProfileError(
+            f"invalid profile: {child}",
+            problems=[
+                Problem(
+                    f"the profile extends itself: {parent!r} is this very file",
+                    file=str(child),
+                    path="$.extends",
+                    fix="extend another profile (`kvenv profiles` lists them; a project file "
+                    "may extend the built-in of its own name), or remove `extends`",
+                )
+            ],
+        )
     raise ProfileError(
         f"invalid profile: {child}",
         problems=[
@@ -343,6 +385,49 @@ def _find_parent(parent: str, child: Path, cwd: Path) -> Path:
                 file=str(child),
                 path="$.extends",
                 fix=fix,
+            )
+        ],
+    )
+
+
+def _empty_profile(path: Path, cwd: Path) -> ProfileError:
+    """The error for a profile file that holds nothing (no key at all), naming the profile of
+    the same name it shadows, if any: ``kvenv show demo --toml > profiles/demo.toml`` leaves
+    such a file, since the shell creates it before kvenv runs."""
+    shadowed = next(
+        (
+            (origin, candidate)
+            for origin, directory in _search_dirs(cwd)
+            for candidate in [directory / path.name]
+            if candidate.is_file() and not _same_file(candidate, path)
+        ),
+        None,
+    )
+    if shadowed is None:
+        return ProfileError(
+            f"empty profile: {path}",
+            problems=[
+                Problem(
+                    "the file is empty (no `schema`, no `name`)",
+                    file=str(path),
+                    path="$",
+                    fix="fill it (`kvenv show demo --toml` prints a complete one), or delete it",
+                )
+            ],
+        )
+    origin, other = shadowed
+    what = "built-in" if origin == "builtin" else f"{origin} ({other})"
+    return ProfileError(
+        f"empty profile: {path} shadows the {what} profile {path.stem!r}",
+        problems=[
+            Problem(
+                f"the file is empty, and being found first it hides the {what} profile "
+                f"{path.stem!r}",
+                file=str(path),
+                path="$",
+                fix=f"delete {path} to use the {what} one, or fill it: write the copy to "
+                f"another file first (`kvenv show {path.stem} --toml > {path.stem}.new.toml`, "
+                f"then move it over {path}; `> {path}` empties the file before kvenv reads it)",
             )
         ],
     )

@@ -9,10 +9,10 @@ system directories and the loader cache.
 
 from __future__ import annotations
 
-import json
 import re
 from pathlib import PurePosixPath
 
+from kvenv._util import jsonio
 from kvenv.model.snapshot import CudaInfo
 from kvenv.probe.effects import RUN_TIMEOUT, Effects
 
@@ -49,8 +49,8 @@ def _home(effects: Effects) -> str | None:
 
 def parse_version_json(text: str) -> str | None:
     try:
-        data = json.loads(text)
-    except json.JSONDecodeError:
+        data = jsonio.loads_json(text, file="version.json")
+    except ValueError:  # malformed, or nested too deeply
         return None
     if not isinstance(data, dict):
         return None

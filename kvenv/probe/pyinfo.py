@@ -8,13 +8,13 @@ here with ``packaging.tags`` from those facts (the other interpreter need not ha
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 import attrs
 
+from kvenv._util import jsonio
 from kvenv.errors import InputError
 from kvenv.model.fields import NonEmpty
 from kvenv.model.snapshot import PythonInfo
@@ -116,7 +116,8 @@ def remembered_sys_path(python: str, memo: Path | None) -> list[str] | None:
     if memo is None:
         return None
     try:
-        data = json.loads(_memo_file(python, memo).read_text(encoding="utf-8"))
+        memo_file = _memo_file(python, memo)
+        data = jsonio.loads_json(memo_file.read_text(encoding="utf-8"), file=str(memo_file))
         found = _strings(data["facts"].get("sys_path"))
     except (OSError, ValueError, KeyError, TypeError, AttributeError):
         return None
@@ -125,7 +126,8 @@ def remembered_sys_path(python: str, memo: Path | None) -> list[str] | None:
 
 def _recall(python: str, memo: Path) -> Interpreter | None:
     try:
-        data = json.loads(_memo_file(python, memo).read_text(encoding="utf-8"))
+        memo_file = _memo_file(python, memo)
+        data = jsonio.loads_json(memo_file.read_text(encoding="utf-8"), file=str(memo_file))
         facts, identity = data["facts"], data["identity"]
         sys_path = _strings(facts.get("sys_path"))
     except (OSError, ValueError, KeyError, TypeError, AttributeError):
@@ -174,8 +176,10 @@ def _run_probe(python: str, effects: Effects) -> Interpreter:
         )
     lines = result.stdout.strip().splitlines()
     try:
-        data = json.loads(lines[-1]) if result.returncode == 0 and lines else None
-    except json.JSONDecodeError:
+        data = (
+            jsonio.loads_json(lines[-1], file=python) if result.returncode == 0 and lines else None
+        )
+    except ValueError:  # malformed, or nested too deeply
         data = None
     if not isinstance(data, dict):
         last = (result.text.splitlines() or ["no output"])[-1]

@@ -16,6 +16,7 @@ from pathlib import Path
 
 import attrs
 
+from kvenv._util import jsonio
 from kvenv.model.snapshot import Distribution, TorchInfo
 from kvenv.probe.effects import Effects
 
@@ -114,8 +115,8 @@ def import_torch(
         return info, [f"--import-torch: could not run {python} (missing or timed out)"]
     lines = result.stdout.strip().splitlines()
     try:
-        data = json.loads(lines[-1]) if lines else None
-    except json.JSONDecodeError:
+        data = jsonio.loads_json(lines[-1], file=python) if lines else None
+    except ValueError:  # malformed, or nested too deeply
         data = None
     if not isinstance(data, dict):
         last = (result.stderr.strip().splitlines() or ["no output"])[-1]

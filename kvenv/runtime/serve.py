@@ -6,7 +6,6 @@ process group (SIGTERM, then SIGKILL after a timeout).
 from __future__ import annotations
 
 import errno
-import json
 import os
 import shlex
 import shutil
@@ -24,6 +23,7 @@ from typing import IO, Any
 import attrs
 from packaging.version import InvalidVersion, Version
 
+from kvenv._util import jsonio
 from kvenv._util.redact import mask
 from kvenv.errors import CheckFailed, Problem, RuntimeNotReady, UsageError
 from kvenv.model.fields import EnvName, check
@@ -648,7 +648,7 @@ def _loader_config(args: Sequence[str]) -> object:
         else:
             continue
         try:
-            return json.loads(text)
+            return jsonio.loads_json(text, file=flag)
         except ValueError:
             return {"pattern": text}  # unreadable here: leave the check to vLLM
     return None

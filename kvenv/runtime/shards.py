@@ -20,7 +20,7 @@ from typing import Any, Literal
 
 import attrs
 
-from kvenv._util import atomic, hashing
+from kvenv._util import atomic, hashing, jsonio
 from kvenv.errors import InputError, Problem, ShardError
 from kvenv.model import convert
 from kvenv.model.fields import NonEmpty, PositiveInt, RelPath, Sha256
@@ -514,7 +514,7 @@ def _stale_index(root: Path, names: frozenset[str]) -> list[str]:
         return []
     try:
         with open(root / HF_INDEX_NAME, encoding="utf-8") as handle:
-            index = json.load(handle)
+            index = jsonio.loads_json(handle.read(), file=str(root / HF_INDEX_NAME))
         referenced = set(index["weight_map"].values())
     except (OSError, ValueError, KeyError, TypeError, AttributeError):
         return [f"{HF_INDEX_NAME} could not be parsed"]
@@ -575,7 +575,7 @@ def read_shard_manifest(path: Path) -> ShardManifest:
     """Read ``kvenv-shards.json``; raise :class:`InputError` with every problem."""
     try:
         with open(path, encoding="utf-8") as handle:
-            data = json.load(handle)
+            data = jsonio.loads_json(handle.read(), file=str(path))
     except UnicodeDecodeError:
         raise InputError(
             f"invalid shard manifest: {path}", problems=[Problem("not UTF-8 text", file=str(path))]

@@ -23,6 +23,8 @@ import tomli_w
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from kvenv._util.jsonio import loads_json
+from kvenv._util.nesting import MAX_DEPTH, TooDeep
 from kvenv._util.resources import data_dir
 from kvenv._util.tomlio import loads as toml_loads
 from kvenv.env.manifest import manifest_from_dict
@@ -225,7 +227,33 @@ def fuzz_wheel(data: st.DataObject) -> None:
         _accepting(lambda: install_wheel(wheel, target, protected=("torch",), bin_dir=base / "bin"))
 
 
+def fuzz_nesting(data: st.DataObject) -> None:
+    """Tables and arrays nested to a random depth, in TOML or JSON text: parsed when within
+    the limit, else :class:`TooDeep` naming the ``$.path`` of the first container past it
+    (``MAX_DEPTH`` steps below ``$``), never a ``RecursionError``."""
+    _count("nesting")
+    toml = data.draw(st.booleans())
+    kinds = data.draw(st.lists(st.sampled_from("[{"), min_size=1, max_size=3000))
+    key = "k = " if toml else '"k": '
+    opening = "".join("[" if kind == "[" else "{" + key for kind in kinds)
+    closing = "".join("]" if kind == "[" else "}" for kind in reversed(kinds))
+    depth = len(kinds) + (1 if toml else 0)  # a TOML document is a table itself
+    try:
+        if toml:
+            toml_loads(f"x = {opening}1{closing}\n", file="fuzz.toml")
+        else:
+            loads_json(f"{opening}1{closing}", file="fuzz.json")
+    except TooDeep as error:
+        assert depth > MAX_DEPTH, error.render()
+        (problem,) = error.problems
+        assert problem.file in ("fuzz.toml", "fuzz.json") and problem.path is not None
+        assert problem.path.count(".") + problem.path.count("[") == MAX_DEPTH, problem.path
+    else:
+        assert depth <= MAX_DEPTH
+
+
 FUZZERS: dict[str, Callable[[st.DataObject], None]] = {
+    "nesting": fuzz_nesting,
     "profile": fuzz_profile,
     "host-snapshot": fuzz_snapshot,
     "pylock": fuzz_lock,

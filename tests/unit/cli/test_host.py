@@ -210,7 +210,9 @@ def test_init_plain_and_never_overwrite(tmp_path: Path, capsys: pytest.CaptureFi
     path = tmp_path / "profiles" / "team-box.toml"
     assert code == 0 and f"wrote {path}" in out
     text = path.read_text()
-    assert text.startswith("#:schema ../schemas/profile.schema.json\n")
+    assert not text.startswith("#:schema")  # no schemas/profile.schema.json in this project
+    assert "`kvenv schema profile > schemas/profile.schema.json`" in text
+    assert "note: no #:schema line" in out
     assert "# [native]" in text and "# [target]" in text
     loaded = load_profile(str(path), cwd=tmp_path)
     assert loaded.profile.name == "team-box" and loaded.profile.target is None
@@ -399,3 +401,20 @@ def test_init_from_the_recorded_kaggle_host_reproduces_the_builtin_target() -> N
     assert made.target == builtin.target
     assert made.runtime.tensor_parallel_size == 2
     assert made.description == "Kaggle, 2 x Tesla T4, Python 3.12.13, torch 2.10.0+cu128"
+
+
+def test_init_writes_the_schema_line_only_where_the_schema_is(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    schema = tmp_path / "schemas" / "profile.schema.json"
+    schema.parent.mkdir()
+    code, text, _ = run(capsys, "schema", "profile")
+    assert code == 0
+    schema.write_text(text)
+    code, out, _ = run(capsys, "init", "team-box", "--dir", str(tmp_path))
+    text = (tmp_path / "profiles" / "team-box.toml").read_text()
+    assert code == 0 and "note: no #:schema line" not in out
+    assert text.startswith("#:schema ../schemas/profile.schema.json\n")
+    # the line resolves, from the profile's directory, to the schema file
+    line = text.splitlines()[0].split(" ", 1)[1]
+    assert ((tmp_path / "profiles") / line).resolve() == schema.resolve()

@@ -204,7 +204,7 @@ CASES = [
          "'no-such-parent' not found", schema_refuses=False),
     Case("extends-missing-file", put("extends", "parents/none.toml"), "$.extends", "not found",
          schema_refuses=False),
-    Case("extends-self", put("extends", "bad.toml"), "$.extends", "cycle",
+    Case("extends-self", put("extends", "bad.toml"), "$.extends", "extends itself",
          schema_refuses=False),
     # not TOML
     Case("toml-syntax", "schema = \nname = 'x'\n", "$", "Invalid value", unreadable=True),
