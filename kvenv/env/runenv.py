@@ -193,6 +193,31 @@ def resolve_command(command: str, environ: Mapping[str, str]) -> str:
     return found
 
 
+PYTHON_NAMES = ("python", "python3")
+
+
+def with_host_python(argv: Sequence[str], environ: Mapping[str, str]) -> list[str]:
+    """``argv`` with a bare ``python`` or ``python3`` first word replaced by the host interpreter
+    the activated generation was built for (its manifest's, named by ``$KVENV_MANIFEST`` in
+    ``environ``), so ``kvenv run P -- python`` is that interpreter even where activation could
+    not put its directory on ``PATH`` (:func:`kvenv.env.shellrender.interpreter_dir`). The full
+    path, not the bare name, becomes ``argv[0]``: CPython finds its prefix from it. Anything
+    else, or no usable recorded interpreter, is left as it is."""
+    out = list(argv)
+    if not out or out[0] not in PYTHON_NAMES:
+        return out
+    import json
+
+    try:
+        with open(environ.get("KVENV_MANIFEST") or "", "rb") as stream:
+            python = json.loads(stream.read()).get("python")
+    except (OSError, ValueError, AttributeError):
+        return out
+    if isinstance(python, str) and os.path.isabs(python) and os.access(python, os.X_OK):
+        out[0] = python
+    return out
+
+
 def user_shell(environ: Mapping[str, str]) -> str:
     """The shell ``kvenv shell`` starts: ``$SHELL`` when it names an executable, else
     ``/bin/sh``."""

@@ -258,3 +258,18 @@ def test_python_under_run_shell_and_activation_is_the_host_interpreter(
     assert out.split("\n")[:2] == [expected, expected], out
     out = sh(f'. {root / "activate.sh"} && python -c "{quoted}"')
     assert out.strip() == expected, out
+    # A host whose directory offers no python3 that is it: activation cannot put it on PATH,
+    # `kvenv run -- python3` still runs the recorded interpreter (by its path).
+    (host.parent / "python3").unlink()
+    for name in ("python", "python3"):
+        ran = subprocess.run(
+            [*kvenv, "run", profile, *paths, "--", name, "-c", code],
+            cwd=project.dir,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=False,
+        )
+        assert ran.returncode == 0, (name, ran.stderr)
+        assert ran.stdout.strip() == expected, name
