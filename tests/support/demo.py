@@ -2,7 +2,7 @@
 index): a pure-Python native wheel markdown-it-py 3.0.0 with its ``markdown-it`` console script,
 its one-package overlay mdurl 0.1.2, a profile of any name that takes the native from a path,
 and the lock ``kvenv lock`` writes for it from the project's own wheelhouse. Used by the place
-tests (tests/unit/cli/test_places.py): a checkout laid out as an editable install, and the
+tests (tests/unit/cli/test_one_place.py): a checkout laid out as an editable install, and the
 offline recipe of docs/kaggle.md."""
 
 from __future__ import annotations
