@@ -10,6 +10,7 @@ file's or directory's stat identity, and kvenv's own code. One definition for ev
 - :func:`stamp`: ``[path, *stat_identity]``, or ``[path, None]`` for a path that is not there.
 - :func:`code_identity`: kvenv's modules (the package root's and the named subpackages') by
   path, size, mtime and inode: a record written by another kvenv (another rule) never matches.
+  kvenv run from a single-file bundle (a zip archive) is identified by the archive's stamp.
 """
 
 from __future__ import annotations
@@ -52,6 +53,9 @@ def stamp(path: str) -> list[Any]:
 def code_identity(*subpackages: str) -> list[list[Any]]:
     """Every ``.py`` module directly in kvenv's package and in each of ``subpackages``
     (every subpackage, recursively, when none is named), by path, size, mtime and inode."""
+    archive = archive_stamp()
+    if archive is not None:
+        return [archive]
     directories = [_PACKAGE, *(os.path.join(_PACKAGE, s) for s in subpackages)]
     recursive = not subpackages
     found: list[list[Any]] = []
@@ -72,3 +76,17 @@ def code_identity(*subpackages: str) -> list[list[Any]]:
             elif recursive and entry.name != "__pycache__" and entry.is_dir():
                 directories.append(entry.path)
     return sorted(found)
+
+
+def archive_stamp() -> list[Any] | None:
+    """The :func:`stamp` of the zip archive kvenv runs from (a single-file bundle), or None
+    when kvenv's package is a directory."""
+    if os.path.isdir(_PACKAGE):
+        return None
+    path = _PACKAGE
+    while path and not os.path.isfile(path):
+        parent = os.path.dirname(path)
+        if parent == path:
+            return None
+        path = parent
+    return stamp(path) if path else None

@@ -35,14 +35,26 @@ def _profile_arg(p: argparse.ArgumentParser) -> None:
 
 
 def _paths_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--root", metavar="DIR", help="runtime root (default: $KVENV_ROOT, [paths])")
-    p.add_argument("--cache", metavar="DIR", help="cache (default: $KVENV_CACHE_DIR, [paths])")
+    from kvenv.cli.options import path_value
+
+    p.add_argument(
+        "--root",
+        type=path_value,
+        metavar="DIR",
+        help="runtime root (default: $KVENV_ROOT, [paths])",
+    )
+    p.add_argument(
+        "--cache", type=path_value, metavar="DIR", help="cache (default: $KVENV_CACHE_DIR, [paths])"
+    )
 
 
 def python_arg(p: argparse.ArgumentParser) -> None:
     """``--python EXE``: the host interpreter (see kvenv.probe.interpreter for the order)."""
+    from kvenv.cli.options import path_value
+
     p.add_argument(
         "--python",
+        type=path_value,
         metavar="EXE",
         help="the host interpreter (default: $KVENV_PYTHON, [host] python, the active "
         "environment, python3 on PATH)",
@@ -50,6 +62,8 @@ def python_arg(p: argparse.ArgumentParser) -> None:
 
 
 def register(sub: Any) -> None:
+    from kvenv.cli.options import jobs_value, keep_value, path_value
+
     p = sub.add_parser("plan", help="what `kvenv apply` would do (pure, offline)")
     _profile_arg(p)
     p.add_argument("--json", action="store_true", help="the plan as versioned JSON")
@@ -69,7 +83,9 @@ def register(sub: Any) -> None:
         p.add_argument("--dry-run", action="store_true", help="plan only; change nothing")
         p.add_argument("--strict", action="store_true", help="turn warnings into errors")
         p.add_argument("--offline", action="store_true", help="no network: cache or bundle only")
-        p.add_argument("--from", dest="bundle", metavar="BUNDLE", help="install from a bundle")
+        p.add_argument(
+            "--from", dest="bundle", type=path_value, metavar="BUNDLE", help="install from a bundle"
+        )
         p.add_argument("--json", action="store_true", help="machine-readable result")
         p.add_argument("--no-wait", action="store_true", help="fail if another apply runs")
         p.add_argument(
@@ -78,10 +94,12 @@ def register(sub: Any) -> None:
             help="re-verify the cached wheels and store entries in full, replace what is "
             "damaged, and build a fresh generation even when the applied one matches",
         )
-        p.add_argument("--jobs", type=int, default=8, metavar="N", help="parallel downloads")
+        p.add_argument(
+            "--jobs", type=jobs_value, default=8, metavar="N", help="parallel downloads (1-256)"
+        )
         p.add_argument(
             "--keep",
-            type=int,
+            type=keep_value,
             metavar="N",
             help="generations to keep, the new one included (default: "
             "$KVENV_KEEP_GENERATIONS, else 2; at least 2); older ones are removed",
@@ -354,6 +372,9 @@ def cmd_apply(args: argparse.Namespace) -> int:
             args.profile = known  # the bundle's own
     import os
 
+    from kvenv.env.generations import keep_count
+
+    keep = keep_count(args.keep, os.environ)  # checked before any path, fast or full
     found = None
     if quick:  # the profile's facts, places and host python, for the recalls below
         from kvenv.cli.quick import prelude
@@ -383,9 +404,6 @@ def cmd_apply(args: argparse.Namespace) -> int:
             return EXIT_OK
     if args.bundle and bundle is None:
         bundle = _open_bundle(args, quick)  # the full path installs from it: open it now
-    from kvenv.env.generations import keep_count
-
-    keep = keep_count(args.keep, os.environ)
     loaded, locations = _load(args)
     # Probed (and read) at most once, whether the fast path or the full apply asks first.
     python = host_python(args, loaded)

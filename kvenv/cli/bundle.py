@@ -23,10 +23,20 @@ def register(sub: Any) -> None:
     )
     p.add_argument("profile", nargs="?", metavar="NAME|PATH", help="default: the default profile")
     p.add_argument("-o", "--output", metavar="DIR", help="the bundle directory to write")
+    p.add_argument(
+        "--single-file",
+        metavar="FILE",
+        help="write one file instead (FILE.pyz: the bundle, kvenv and its pure-Python "
+        "dependencies; `python FILE apply` installs it offline with no kvenv installed)",
+    )
     p.add_argument("--verify", metavar="DIR", help="check an existing bundle instead")
     p.add_argument("--cache", metavar="DIR", help="artifact cache (default: the user cache)")
     p.add_argument("--offline", action="store_true", help="use the cache only, no network")
-    p.add_argument("--jobs", type=int, default=8, metavar="N", help="parallel downloads (8)")
+    from kvenv.cli.options import jobs_value
+
+    p.add_argument(
+        "--jobs", type=jobs_value, default=8, metavar="N", help="parallel downloads (8; 1-256)"
+    )
     p.add_argument("--index-url", action="append", default=[], metavar="URL")
     p.add_argument("--find-links", action="append", default=[], metavar="DIR|URL")
     p.add_argument("--json", action="store_true", help="machine-readable output")
@@ -36,10 +46,14 @@ def register(sub: Any) -> None:
 def cmd_bundle(args: argparse.Namespace) -> int:
     from kvenv.errors import UsageError
 
-    if args.verify and (args.output or args.profile):
-        raise UsageError("--verify DIR takes no profile and no -o")
+    if args.verify and (args.output or args.profile or args.single_file):
+        raise UsageError("--verify DIR takes no profile, no -o and no --single-file")
     if args.verify:
         return _verify(Path(args.verify), as_json=args.json)
+    if args.output and args.single_file:
+        raise UsageError("give either -o DIR (a directory) or --single-file FILE, not both")
+    if args.single_file:
+        return _make_single_file(args)
     if not args.output:
         raise UsageError("give the bundle directory with -o DIR (or --verify DIR)")
     return _make(args)
@@ -74,6 +88,54 @@ def _make(args: argparse.Namespace) -> int:
     out(f"  {wheels} wheel(s), {total / 1e6:.1f} MB; {files} files in SHA256SUMS")
     out(f"  install offline with: kvenv apply --offline --from {info.root}")
     return EXIT_OK
+
+
+def _make_single_file(args: argparse.Namespace) -> int:
+    from kvenv.fetch.pyz import make_single_file
+    from kvenv.model.loading import load_profile
+    from kvenv.model.locations import given_path
+
+    loaded = load_profile(args.profile)
+    progress = TerminalProgress("bundling", enabled=sys.stderr.isatty() and not args.json)
+    try:
+        made = make_single_file(
+            loaded,
+            given_path(args.single_file, "--single-file"),
+            boot=_verifier_source(),
+            cache=None if args.cache is None else given_path(args.cache, "--cache"),
+            offline=args.offline,
+            jobs=args.jobs,
+            progress=progress,
+            index_urls=args.index_url,
+            find_links=args.find_links,
+        )
+    finally:
+        progress.close()
+    if args.json:
+        emit_json(made.to_json())
+        return EXIT_OK
+    total = sum(item.size for item in made.index.artifacts)
+    wheels = len(made.index.artifacts)
+    out(f"single-file bundle for {made.index.profile.name} written to {made.path}")
+    out(f"  {wheels} wheel(s), {total / 1e6:.1f} MB; the file {made.size / 1e6:.1f} MB")
+    out(f"  sha256 {made.sha256}  (check a copy: sha256sum, or python FILE --sha256 HEX ...)")
+    major, minor = made.requires
+    out(f"  runs on CPython {major}.{minor} or newer, with no kvenv installed and no network:")
+    out(f"  python {made.path.name} apply; then python {made.path.name} activate|status|verify")
+    return EXIT_OK
+
+
+def _verifier_source() -> str:
+    """The text of kvenv/cli/pyzboot.py, the file's ``__main__.py``: read as data (a file, or
+    a member of the zip kvenv runs from), not imported (it imports the runner)."""
+    import pkgutil
+
+    data = pkgutil.get_data(__package__ or "", "pyzboot.py")  # this package: kvenv.cli
+    if data is None:
+        from kvenv.errors import InputError
+
+        raise InputError("kvenv's own kvenv/cli/pyzboot.py cannot be read")
+    return data.decode("utf-8")
 
 
 def _verify(directory: Path, *, as_json: bool) -> int:

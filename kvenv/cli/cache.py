@@ -19,6 +19,8 @@ if TYPE_CHECKING:
 
 
 def register(sub: Any) -> None:
+    from kvenv.cli.options import path_value
+
     cache = sub.add_parser(
         "cache",
         help="verify, prune or clean the download cache and the store",
@@ -38,7 +40,12 @@ def register(sub: Any) -> None:
             metavar="PROFILE",
             help="whose cache (default: $KVENV_PROFILE's, else the default cache)",
         )
-        p.add_argument("--cache", metavar="DIR", help="cache (default: $KVENV_CACHE_DIR, [paths])")
+        p.add_argument(
+            "--cache",
+            type=path_value,
+            metavar="DIR",
+            help="cache (default: $KVENV_CACHE_DIR, [paths])",
+        )
         p.add_argument("--json", action="store_true", help="machine-readable output")
         if name != "verify":
             p.add_argument("--dry-run", action="store_true", help="say what would be removed")

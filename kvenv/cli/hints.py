@@ -13,6 +13,20 @@ if TYPE_CHECKING:
 
 # The invocation's options a fix command repeats when its verb accepts them.
 _CARRIED = ("root", "cache", "python")
+# How kvenv is run (``kvenv``; a single-file bundle: ``python FILE``) and the profile that
+# goes without saying there (a single-file bundle's own): see run_as().
+_PROGRAM: list[str] = ["kvenv"]
+_IMPLIED: list[str] = []
+
+
+def run_as(program: Sequence[str], profile: str | None = None) -> tuple[list[str], str | None]:
+    """Print fix commands as ``program VERB …`` (a single-file bundle: ``python FILE``),
+    leaving out ``profile`` (the bundle's own), until called again; what it was before (to
+    pass back when done)."""
+    before = (list(_PROGRAM), _IMPLIED[0] if _IMPLIED else None)
+    _PROGRAM[:] = list(program)
+    _IMPLIED[:] = [profile] if profile else []
+    return before
 
 
 def _subparser(parser: argparse.ArgumentParser, words: Sequence[str]) -> tuple[Any, int]:
@@ -39,13 +53,14 @@ def completer(
         import shlex
 
         found, used = _subparser(parser_for(words[0]), words)
-        argv = ["kvenv", *words[:used]]
+        argv = [*_PROGRAM, *words[:used]]
         rest = list(words[used:])
         if found is None:
             return shlex.join(argv + rest)
         dests = {a.dest: a for a in found._actions}
         profile = getattr(args, "profile", None)
-        if profile and "profile" in dests and not dests["profile"].option_strings:
+        implied = profile in _IMPLIED
+        if profile and not implied and "profile" in dests and not dests["profile"].option_strings:
             argv.append(profile)
         argv += rest
         for name in _CARRIED:

@@ -280,6 +280,10 @@ def recalled_generation(
         return None
     if not isinstance(interpreter, str) or not os.path.isabs(interpreter):
         return None
+    from kvenv.env.placecheck import host_places, misplaced
+
+    if misplaced(str(root), str(places[2]), host_places(interpreter)) is not None:
+        return None  # the full path refuses it, and says why
     from kvenv.env.recall import replay  # only with a recipe to replay
 
     jobs = max(1, min(int(getattr(args, "jobs", 8) or 1), os.cpu_count() or 1))

@@ -15,9 +15,10 @@ the previous generation current and intact; the next run finishes the job.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Literal
 
@@ -38,9 +39,11 @@ from kvenv.env.manifest import (
     NativeIdentity,
     Pointer,
     ProfileRef,
+    read_manifest,
     write_manifest,
 )
 from kvenv.env.root import (
+    POINTER_NAME,
     RootLock,
     claim_root,
     current_state,
@@ -61,6 +64,7 @@ from kvenv.env.root import (
     switch,
     take_ownership,
 )
+from kvenv.env.rootfiles import unclaim_root
 from kvenv.errors import ConflictError, InputError, IntegrityError, Problem
 from kvenv.lock.input import LockInput, file_digest, has_lock
 from kvenv.model.fields import Sha256
@@ -332,10 +336,13 @@ def apply(plan: Plan, options: ApplyOptions | None = None) -> ApplyResult:
     # Refuse before anything is written: a refused apply creates no root.
     _refuse_incompatible(plan)
     _refuse_misordered(plan)
+    _refuse_misplaced(plan, locations)
     if options.dry_run:
         return ApplyResult("dry-run", plan, str(root), plan.current_generation, None)
+    made = not os.path.lexists(root)
     claim_root(root)
-    with RootLock(locations, wait=options.wait, on_wait=options.on_wait):
+    with RootLock(locations, wait=options.wait, on_wait=options.on_wait), _given_up(root, made):
+        _refuse_given_up(root)
         take_ownership(root, owner_of(plan.inputs.loaded))
         pointer = _pointer(root, repair=options.repair)
         keep = {pointer.generation} if pointer else set()
@@ -365,6 +372,39 @@ def apply(plan: Plan, options: ApplyOptions | None = None) -> ApplyResult:
                 )
         result = _Run(plan, locations, pointer, options).execute()
         return attrs.evolve(result, removed=cleaned + result.removed)
+
+
+def _refuse_misplaced(plan: Plan, locations: Locations) -> None:
+    """Refuse a root or cache that is a file, or lies where kvenv must not write
+    (:mod:`kvenv.env.placecheck`), before anything is written."""
+    from kvenv.env.placecheck import check_places, host_places, refuse_file_places
+
+    refuse_file_places(locations)
+    python = plan.inputs.host.python
+    sites = [*python.sys_path, *(d.location for d in plan.inputs.host.distributions if d.location)]
+    check_places(locations, host_places(python.executable, sites))
+
+
+@contextlib.contextmanager
+def _given_up(root: Path, made: bool) -> Iterator[None]:
+    """A first apply that fails for any reason claims nothing: where nothing was ever applied,
+    kvenv's own files go again, and the root directory when this apply ``made`` it
+    (:func:`kvenv.env.rootfiles.unclaim_root`)."""
+    try:
+        yield
+    except BaseException:
+        if made or not (root / POINTER_NAME).exists():
+            unclaim_root(root, remove_dir=made)
+        raise
+
+
+def _refuse_given_up(root: Path) -> None:
+    """Refuse to go on in a root a failed first apply gave up while this one waited."""
+    if not is_owned(root):
+        raise ConflictError(
+            f"the runtime root {root} was given up by another apply while this one waited",
+            hint="run `{kvenv apply}` again",
+        )
 
 
 def _fetch_progress(progress: Progress | None) -> Progress | None:
@@ -433,6 +473,8 @@ class _Run:
             keep.add(self.pointer.previous)
         keep = retained(keep, complete_generations(self.locations), self.options.keep)
         removed = remove_generations(self.locations, keep, incomplete_only=False)
+        if self.options.repair:
+            self.warnings.extend(self.remove_strays(keep - {self.generation}))
         manifest = self.manifest
         return ApplyResult(
             "applied",
@@ -446,6 +488,26 @@ class _Run:
             tuple(layer for layer in (self.native, self.overlay) if layer is not None),
             bool(self.warnings),
         )
+
+    def remove_strays(self, generations: set[str]) -> list[str]:
+        """Remove the files added to the kept ``generations`` (their manifests do not list
+        them: :mod:`kvenv.env.strays`); a warning for each. A generation whose manifest cannot
+        be read is left as it is (``verify`` reports it)."""
+        from kvenv.env.strays import remove_strays
+        from kvenv.errors import KvenvError
+
+        out: list[str] = []
+        for generation in sorted(g for g in generations if g):
+            try:
+                path = manifest_path(self.locations.root, generation)
+                manifest = read_manifest(path, root=self.locations.root)
+            except KvenvError:
+                continue
+            out += [
+                f"removed {path}: added to generation {generation}, not in its manifest"
+                for path in remove_strays(manifest)
+            ]
+        return out
 
     # -- the steps ---------------------------------------------------------------------------
 

@@ -4,6 +4,7 @@ own names under the cache directory are ever touched."""
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 from kvenv.env.integrity import Damage, cache_damage
@@ -12,16 +13,20 @@ from kvenv.env.seal import remove_sealed
 from kvenv.env.store import MARKER
 from kvenv.model.locations import Locations
 
+_SHA256 = re.compile(r"[0-9a-f]{64}")
+
 
 def _unfinished(locations: Locations) -> list[Path]:
     """Leftovers of killed runs: the store's temporary and marker-less entries, and partial
     downloads."""
     found: list[Path] = []
     store = locations.store
-    if store.is_dir():
+    if store.is_dir():  # only names kvenv gives: a temporary entry, or a sha256 without marker
         for entry in sorted(store.iterdir()):
+            if entry.is_symlink():
+                continue
             if entry.name.startswith(".tmp-") or (
-                entry.is_dir() and not (entry / MARKER).is_file()
+                _SHA256.fullmatch(entry.name) and entry.is_dir() and not (entry / MARKER).is_file()
             ):
                 found.append(entry)
     tmp = locations.cache / "artifacts-v1" / "tmp"
@@ -67,12 +72,25 @@ def _entry_of(path: Path, locations: Locations) -> Path | None:
 
 def clean(locations: Locations, *, dry_run: bool = False) -> list[str]:
     """Remove the store and the downloaded artifacts (kvenv's names only); applied
-    generations keep working (their files are hard links), a later apply downloads again."""
+    generations keep working (their files are hard links), a later apply downloads again.
+    What holds another runtime root (an older kvenv let one be placed in a cache) is kept,
+    with the directories above it."""
+    from kvenv.env.placecheck import holds_a_root
+
     removed: list[str] = []
     for name in CACHE_NAMES:
         path = locations.cache / name
-        if path.exists() and not path.is_symlink():
+        if not path.exists() or path.is_symlink():
+            continue
+        if not holds_a_root(path):
             if not dry_run:
                 remove_sealed(path)
             removed.append(str(path))
+            continue
+        for entry in sorted(path.iterdir()):
+            if entry.is_symlink() or holds_a_root(entry):
+                continue
+            if not dry_run:
+                remove_sealed(entry)
+            removed.append(str(entry))
     return removed

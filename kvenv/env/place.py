@@ -98,10 +98,13 @@ def find_place(
 ) -> Place:
     """The profile ``profile`` names (None: ``$KVENV_PROFILE``, else the default) and its root
     and cache (flags ``root``/``cache``, else the environment, the profile's ``[paths]``, the
-    defaults): see the module docstring."""
+    defaults): see the module docstring. A root or cache that is a file is refused here
+    (:func:`kvenv.env.placecheck.refuse_file_places`), for every caller alike."""
+    from kvenv.env.placecheck import refuse_file_places
     from kvenv.model.loading import load_profile
     from kvenv.model.locations import resolve_locations
 
     loaded = load_profile(profile)
     locations = resolve_locations(loaded.profile, root=root, cache=cache, environ=environ)
+    refuse_file_places(locations)  # a root or cache that is a file: fixed where it was set
     return Place(loaded, locations)

@@ -274,6 +274,11 @@ def _usable(data: object, root: Path, generation: str) -> bool:
 
 
 def _code_identity() -> list[list[Any]]:
+    from kvenv._util.identity import archive_stamp
+
+    archive = archive_stamp()
+    if archive is not None:  # a single-file bundle: the archive stands for its modules
+        return [archive]
     package = Path(__file__).resolve().parent.parent
     found: list[list[Any]] = []
     for name in _CODE:

@@ -46,6 +46,7 @@ from kvenv.env.rootfiles import (
     PathLock,
     new_generation_id,
     now,
+    unclaim_root,
     write_marker,
     write_pointer,
 )
@@ -357,10 +358,12 @@ def replay(
                     import shutil
 
                     shutil.rmtree(gen, ignore_errors=True)
+                    unclaim_root(root, remove_dir=True)  # the root this made, given up
                 if isinstance(exc, _Unsealed):
                     return None
                 raise
     except OSError:
+        unclaim_root(root, remove_dir=True)  # unless something was applied there
         return None  # the full path meets the same error and reports it
 
 

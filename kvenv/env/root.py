@@ -305,8 +305,11 @@ def list_generations(locations: Locations) -> list[str]:
 
 def remove_generations(locations: Locations, keep: set[str], *, incomplete_only: bool) -> list[str]:
     """Remove kvenv's generation directories not in ``keep`` (only those without a manifest
-    when ``incomplete_only``). Never follows symlinks."""
+    when ``incomplete_only``). Never follows symlinks, and never removes a generation that
+    holds another runtime root (kvenv did not make that part of the generation)."""
     import shutil
+
+    from kvenv.env.placecheck import holds_a_root
 
     removed: list[str] = []
     for name in list_generations(locations):
@@ -316,6 +319,8 @@ def remove_generations(locations: Locations, keep: set[str], *, incomplete_only:
         if path.is_symlink():
             continue
         if incomplete_only and (path / MANIFEST_NAME).exists():
+            continue
+        if holds_a_root(path):
             continue
         shutil.rmtree(path)
         removed.append(name)

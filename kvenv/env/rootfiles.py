@@ -12,7 +12,7 @@ from pathlib import Path
 from kvenv import __version__
 from kvenv._util import atomic
 from kvenv.errors import ConflictError
-from kvenv.model.places import ROOT_MARKER
+from kvenv.model.places import LOCK_NAME, ROOT_MARKER
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:  # no ``typing`` at run time
@@ -37,6 +37,44 @@ def write_marker(root: Path, owner: tuple[str, str | None] | None, created_at: s
     if owner is not None:
         data["owner"] = {"name": owner[0], "file": owner[1]}
     atomic.write_json(root / ROOT_MARKER, data)
+
+
+def unclaim_root(root: Path, *, remove_dir: bool) -> bool:
+    """Give up a claimed ``root`` in which nothing was ever applied (no pointer, no finished
+    generation), after a first apply failed: remove kvenv's own files there (the marker, the
+    lock and its owner, unfinished generations, stray temporary files) and, with
+    ``remove_dir``, the root directory itself when it is empty then. Nothing else is touched;
+    False (and nothing removed) when the root holds an applied or finished generation."""
+    import contextlib
+    import shutil
+
+    generations = root / GENERATIONS
+    if (root / POINTER_NAME).exists():
+        return False
+    try:
+        made = [p for p in generations.iterdir() if not p.is_symlink() and p.is_dir()]
+    except FileNotFoundError:
+        made = []
+    except OSError:
+        return False
+    if any((p / MANIFEST_FILE).exists() for p in made):
+        return False
+    for path in made:
+        shutil.rmtree(path, ignore_errors=True)
+    own = {ROOT_MARKER, LOCK_NAME, LOCK_NAME + ".owner"}
+    try:
+        names = os.listdir(root)
+    except OSError:
+        return False
+    for name in names:
+        temp = name.startswith(f".{ROOT_MARKER}.") and name.endswith(".tmp")
+        if name in own or temp:
+            with contextlib.suppress(OSError):
+                os.unlink(root / name)
+    for directory in [generations, root] if remove_dir else [generations]:
+        with contextlib.suppress(OSError):  # not empty: what is not kvenv's stays, and its dir
+            os.rmdir(directory)
+    return True
 
 
 def new_generation_id() -> str:

@@ -2,8 +2,9 @@
 
 ``verify`` re-hashes every installed file against its distribution's RECORD (in threads: the
 hashing releases the GIL), checks each RECORD against the digest the manifest recorded, that no
-protected import name appeared in the generation, and that the protected host packages are
-still at the versions recorded when the generation was applied.
+file was added to the generation (:mod:`kvenv.env.strays`), that no protected import name
+appeared in the generation, and that the protected host packages are still at the versions
+recorded when the generation was applied.
 
 A file two wheels provided with different bytes (a conflict resolved at apply time, in the
 manifest's ``conflicts``) is checked against the winner's RECORD; the loser's RECORD entry for it
@@ -34,7 +35,16 @@ if TYPE_CHECKING:
     from kvenv.model.loading import LoadedProfile
 
 DriftKind = Literal[
-    "missing", "modified", "record", "shadow", "host", "store", "cache", "state", "activation"
+    "missing",
+    "modified",
+    "record",
+    "shadow",
+    "host",
+    "store",
+    "cache",
+    "state",
+    "activation",
+    "added",
 ]
 
 
@@ -124,6 +134,19 @@ def verify_not_shadowing(manifest: Manifest) -> list[Drift]:
     return out
 
 
+def verify_no_strays(manifest: Manifest) -> list[Drift]:
+    """Every file in the generation that its manifest does not list (:mod:`kvenv.env.strays`):
+    an added ``sitecustomize.py``, ``.pth``, module or console script."""
+    from kvenv.env.strays import stray_files
+
+    return [
+        Drift(
+            "added", path, f"file added to the generation (its manifest does not list it): {path}"
+        )
+        for path in stray_files(manifest)
+    ]
+
+
 def verify_host(manifest: Manifest, host: HostSnapshot) -> list[Drift]:
     """Protected host packages still at the versions recorded at apply time."""
     out: list[Drift] = []
@@ -161,6 +184,7 @@ def verify(
 ) -> list[Drift]:
     drifts = verify_not_shadowing(manifest)
     drifts += verify_files(manifest, jobs=jobs)
+    drifts += verify_no_strays(manifest)
     if host is not None:
         drifts += verify_host(manifest, host)
     if locations is not None:  # the sealed store entries and cached wheels behind it

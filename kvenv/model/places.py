@@ -4,7 +4,9 @@ and the rule that picks a runtime root or cache (flag, then environment, then th
 so the start-up paths (``kvenv activate``) can place a root without building a profile.
 
 An empty path (``--root ""``, ``KVENV_ROOT=`` set but empty) is refused, never read as "not
-given": falling back to the default would act on a directory the user did not name."""
+given": falling back to the default would act on a directory the user did not name. Every path
+chosen here is canonical (absolute, symlinks resolved: :func:`canonical`), so a root reached
+through a symlink is the same root as its real path for every check and record."""
 
 from __future__ import annotations
 
@@ -46,7 +48,13 @@ def given_path(value: str | Path, origin: str) -> Path:
             f"{origin} is empty: an empty path is refused (it would not name a directory)",
             hint=f"give {origin} a directory, or leave it out to use the default",
         )
-    return _absolute(value)
+    path = Path(os.path.abspath(Path(value).expanduser()))
+    if os.path.islink(path) and not os.path.exists(path):
+        raise UsageError(
+            f"{origin} is a dangling symlink: {path} -> {os.readlink(path)}",
+            hint=f"point {origin} at a directory, or remove the symlink {path}",
+        )
+    return canonical(path)
 
 
 def from_env(environ: Mapping[str, str], name: str) -> Path | None:
@@ -59,6 +67,11 @@ def default_cache_dir() -> Path:
     explicit = from_env(os.environ, ENV_CACHE)
     if explicit is not None:
         return explicit
+    return user_cache_dir()
+
+
+def user_cache_dir() -> Path:
+    """The user's cache directory for kvenv, whatever ``$KVENV_CACHE_DIR`` says."""
     if sys.platform == "win32":
         base = Path(os.environ.get("LOCALAPPDATA") or Path.home() / "AppData" / "Local")
         return base / "kvenv" / "Cache"
@@ -68,8 +81,13 @@ def default_cache_dir() -> Path:
     return (Path(xdg) if xdg else Path.home() / ".cache") / "kvenv"
 
 
-def _absolute(path: str | Path) -> Path:
-    return Path(os.path.abspath(Path(path).expanduser()))
+def canonical(path: str | Path) -> Path:
+    """``path`` absolute, ``~`` expanded and every symlink resolved (as far as it exists): the
+    one spelling of a root or cache that ownership checks, markers and manifests compare."""
+    return Path(os.path.realpath(Path(path).expanduser()))
+
+
+_absolute = canonical
 
 
 def _choose(
@@ -105,7 +123,7 @@ def choose_places(
         root, "--root", environ, ENV_ROOT, configured_root, "the profile's [paths] root"
     )
     if root_path is None:
-        root_path = user_data_dir(environ) / "runtimes" / name
+        root_path = canonical(user_data_dir(environ) / "runtimes" / name)
     cache_path, cache_from = _choose(
         cache, "--cache", environ, ENV_CACHE, configured_cache, "the profile's [paths] cache"
     )

@@ -167,7 +167,11 @@ def _remember(python: str, found: Interpreter, memo: Path) -> None:
 
 
 def _run_probe(python: str, effects: Effects) -> Interpreter:
-    source = Path(child.__file__).read_text(encoding="utf-8")
+    # through its loader: a file, or a member of a single-file bundle's zip (kvenv.fetch.pyz)
+    import pkgutil
+
+    raw = pkgutil.get_data(child.__name__.rpartition(".")[0], "child.py")
+    source = (raw or b"").decode("utf-8")
     result = effects.run([python, "-I", "-c", source], PROBE_TIMEOUT)
     if result is None:
         raise InputError(

@@ -116,3 +116,51 @@ def test_tampering_is_detected_and_repaired(tmp_path: Path, target: str, operati
     assert verify(repaired, host, locations=where) == []
     assert state_damage(where)[1] == []
     assert _outside(tmp_path, where) == outside
+
+
+# -- a file added to a generation --------------------------------------------------------------
+
+# Where a file is added (relative to the generation) and what it is: each would run, or be
+# importable, in every activated process. ``helper/__pycache__/evil...pyc`` has no listed
+# source of its name; ``helper/__pycache__/__init__...pyc`` (Python's own byte code of a listed
+# module) is the one unlisted file that is not damage.
+ADDED = {
+    "sitecustomize": ("overlay/sitecustomize.py", "print('ran')\n"),
+    "pth": ("overlay/zz-added.pth", "import os; os.environ['ADDED'] = '1'\n"),
+    "module": ("native/addedmod.py", "X = 1\n"),
+    "package module": ("overlay/helper/added.py", "X = 1\n"),
+    "console script": ("bin/added-script", "#!/bin/sh\necho added\n"),
+    "generation file": ("notes.txt", "left here\n"),
+    "stray byte code": ("overlay/helper/__pycache__/evil.cpython-311.pyc", "x"),
+    "symlink": ("overlay/linked", None),
+}
+
+
+@pytest.mark.parametrize("kind", sorted(ADDED))
+def test_a_file_added_to_a_generation_is_detected_and_repaired(tmp_path: Path, kind: str) -> None:
+    project, where, host, manifest = _applied(tmp_path)
+    generation = where.generations / manifest.generation
+    byte_code = generation / "overlay" / "helper" / "__pycache__" / "__init__.cpython-311.pyc"
+    byte_code.parent.mkdir()
+    byte_code.write_bytes(b"python's own")  # beside a listed module: not damage
+    assert verify(manifest, host, locations=where) == []
+    relative, text = ADDED[kind]
+    path = generation / relative
+    outside = _outside(tmp_path, where)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    if text is None:
+        path.symlink_to(tmp_path)
+    else:
+        path.write_text(text)
+    drifts = verify(manifest, host, locations=where)
+    assert [(d.kind, d.path) for d in drifts] == [("added", str(path))]
+    result = apply(project.loaded(), project.lock(), host, where, jobs=2, repair=True)
+    assert result.status == "applied"
+    assert not os.path.lexists(path), "apply --repair leaves the added file"
+    assert any(str(path) in w for w in result.warnings), result.warnings
+    assert byte_code.is_file()
+    old = current_state(where)[1]
+    assert old is not None and old.generation != manifest.generation
+    assert verify(old, host, locations=where) == []
+    assert verify(manifest, host, locations=where) == []  # the kept previous one, repaired too
+    assert _outside(tmp_path, where) == outside

@@ -4,99 +4,40 @@ ipykernel) against a ``demo`` profile, every cell's output checked.
 The kernel runs inside a network namespace (``unshare -rn``; its sockets to nbclient are Unix
 sockets, ``transport="ipc"``), so nothing in the notebook can reach the network: the online
 install takes the demo's wheels from the project (a path native and the lock's wheelhouse), the
-offline part applies from the bundle attached as Kaggle attaches a dataset
-(``<input>/kvenv-bundle/``, ``<input>`` a read-only bind mount in the kernel's mount namespace)
-into a fresh root and cache. The ``demo`` profile is the built-in
-one's shape (a pure-Python native wheel, markdown-it-py 3.0.0, and its one-package overlay,
-mdurl 0.1.2), built here because the built-in one downloads its bytes from the package index.
+offline part runs the single-file bundle (``kvenv bundle --single-file``) attached as Kaggle
+attaches a dataset (``<input>/kvenv-bundle/kvenv-demo.pyz``, ``<input>`` a read-only bind mount
+in the kernel's mount namespace) with the kernel's own python into a fresh root and cache, and
+a fresh ``python -I -S`` (no site-packages, so no kvenv) activates through the file, imports
+the overlay and holds no module of the file.
+The ``demo`` project is tests/support/demo.py's.
 """
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
-import shutil
 import subprocess
 import sys
+import zipfile
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from tests.support.demo import KVENV, clean_env, demo_project, netns_works
 from tests.support.paths import REPO
-from tests.support.wheels import build_wheel
 
 nbformat = pytest.importorskip("nbformat")
 nbclient = pytest.importorskip("nbclient")
 pytest.importorskip("ipykernel")
 
 NOTEBOOK = REPO / "docs" / "notebooks" / "kaggle-quickstart.ipynb"
-KVENV = str(Path(sys.executable).parent / "kvenv")
-
-
-def _netns_works() -> bool:
-    if shutil.which("unshare") is None:
-        return False
-    done = subprocess.run(["unshare", "-rnm", "true"], capture_output=True)
-    return done.returncode == 0
 
 
 pytestmark = pytest.mark.skipif(
-    not _netns_works(), reason="needs `unshare -rn` (a user and network namespace)"
+    not netns_works(), reason="needs `unshare -rn` (a user and network namespace)"
 )
-
-
-def _demo_project(base: Path) -> Path:
-    """profiles/demo.toml (markdown-it-py from a path, overlay mdurl) and its kvenv lock."""
-    project = base / "project"
-    wheels = project / "wheels"
-    native = build_wheel(
-        wheels,
-        "markdown-it-py",
-        "3.0.0",
-        requires=["mdurl~=0.1"],
-        files={"markdown_it/__init__.py": "__version__ = '3.0.0'\n"},
-    )
-    build_wheel(wheels, "mdurl", "0.1.2", files={"mdurl/__init__.py": "__version__ = '0.1.2'\n"})
-    digest = hashlib.sha256(native.read_bytes()).hexdigest()
-    (project / "profiles").mkdir(parents=True)
-    (project / "profiles" / "demo.toml").write_text(
-        "schema = 1\n"
-        'name = "demo"\n'
-        'description = "the notebook test\'s demo: markdown-it-py + mdurl, built locally"\n'
-        "[target]\n"
-        'python = "3.10"\nimplementation = "cpython"\nabi = "none"\n'
-        "[native]\n"
-        'name = "markdown-it-py"\nversion = "3.0.0"\n'
-        f'sha256 = "{digest}"\nsize = {native.stat().st_size}\n'
-        "[native.source]\n"
-        f'kind = "path"\npath = "wheels/{native.name}"\n'
-        "[overlay]\n"
-        'lock = "locks/pylock.demo.toml"\n'
-    )
-    done = subprocess.run(
-        [KVENV, "lock", "demo", "--no-index", "--find-links", str(wheels)],
-        cwd=project,
-        capture_output=True,
-        text=True,
-        env=_clean_env(base),
-    )
-    assert done.returncode == 0, done.stderr
-    return project
-
-
-def _clean_env(base: Path) -> dict[str, str]:
-    env = {
-        k: v
-        for k, v in os.environ.items()
-        if not k.startswith(("KVENV_", "PIP_", "UV_")) and k not in ("VIRTUAL_ENV",)
-    }
-    env["HOME"] = str(base / "home")
-    env["XDG_CACHE_HOME"] = str(base / "home" / ".cache")
-    env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"
-    return env
 
 
 @pytest.fixture
@@ -104,27 +45,27 @@ def executed(tmp_path: Path) -> Iterator[tuple[Any, Path, Path]]:
     from jupyter_client.kernelspec import KernelSpecManager
     from jupyter_client.manager import KernelManager
 
-    project = _demo_project(tmp_path)
+    project = demo_project(tmp_path)
     work, inputs = tmp_path / "working", tmp_path / "input"
     work.mkdir()
     inputs.mkdir()
     kernels = tmp_path / "kernels"
     (kernels / "netns").mkdir(parents=True)
-    # the connected machine's step: the bundle, attached as a dataset (Kaggle mounts it read-only)
+    # the connected machine's step: the single file, attached as a dataset (mounted read-only)
     made = subprocess.run(
         [
             KVENV,
             "bundle",
             "demo",
-            "-o",
-            str(inputs / "kvenv-bundle"),
+            "--single-file",
+            str(inputs / "kvenv-bundle" / "kvenv-demo.pyz"),
             "--cache",
             str(tmp_path / "c"),
         ],
         cwd=project,
         capture_output=True,
         text=True,
-        env=_clean_env(tmp_path),
+        env=clean_env(tmp_path),
     )
     assert made.returncode == 0, made.stderr
     # the kernel: no network (its own network namespace) and <input> a read-only mount
@@ -134,7 +75,7 @@ def executed(tmp_path: Path) -> Iterator[tuple[Any, Path, Path]]:
     (kernels / "netns" / "kernel.json").write_text(
         json.dumps({"argv": argv, "display_name": "netns", "language": "python"})
     )
-    env = _clean_env(tmp_path)
+    env = clean_env(tmp_path)
     env.update(KVENV_NB_PROFILE="demo", KVENV_NB_WORK=str(work), KVENV_NB_INPUT=str(inputs))
     manager = KernelManager(
         kernel_name="netns",
@@ -186,26 +127,30 @@ def test_the_quickstart_notebook_runs_online_then_offline(
     assert "applied demo: generation " in apply and f"manifest: {work / 'kvenv'}" in apply
     assert imports == "markdown_it 3.0.0 from the runtime root\nmdurl 0.1.2 from the runtime root\n"
     assert runtime.startswith("runtime skipped: the demo profile has no model runtime")
-    assert f"bundle for demo written to {work / 'kvenv-bundle'}" in bundle
+    assert f"single-file bundle for demo written to {work / 'kvenv-demo.pyz'}" in bundle
     assert "2 wheel(s)" in bundle
     dataset_dir = inputs / "kvenv-bundle"
     first, listing = dataset.splitlines()
     assert first == f"{dataset_dir} read-only: True"
-    assert "SHA256SUMS" in listing
+    assert listing == "['kvenv-demo.pyz']"
     assert net.splitlines() == [
         "network: unavailable",
         f"offline runtime root {work / 'kvenv-offline'}",
     ]
     assert "applied demo: generation " in offline
     assert f"manifest: {work / 'kvenv-offline'}/generations/" in offline
-    assert check == "offline runtime: True\ndataset still read-only: True\n"
+    assert check == (
+        "offline runtime: True\nmodules from the file: []\ndataset still read-only: True\n"
+    )
     manifests = list((work / "kvenv-offline").glob("generations/*/manifest.json"))
     assert len(manifests) == 1
 
-    # the bundle the notebook made is the one attached
-    def sums(bundle: Path) -> list[str]:  # bundle.json records when it was made
-        lines = (bundle / "SHA256SUMS").read_text().splitlines()
-        return [line for line in lines if not line.endswith(" bundle.json")]
+    # the file the notebook made holds what the attached one holds
+    def members(pyz: Path) -> list[tuple[str, int]]:  # the indexes record when they were made
+        made_at = ("bundle/bundle.json", "bundle/SHA256SUMS", "kvenv-pyz.json")
+        with zipfile.ZipFile(pyz) as archive:
+            return [(i.filename, i.CRC) for i in archive.infolist() if i.filename not in made_at]
 
-    assert len(sums(dataset_dir)) >= 4
-    assert sums(work / "kvenv-bundle") == sums(dataset_dir)
+    attached = members(dataset_dir / "kvenv-demo.pyz")
+    assert len([name for name, _ in attached if name.startswith("bundle/wheels/")]) == 2
+    assert members(work / "kvenv-demo.pyz") == attached

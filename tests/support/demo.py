@@ -1,59 +1,64 @@
-"""A ``demo``-shaped project built here (the built-in demo downloads its bytes from the package
-index): a pure-Python native wheel markdown-it-py 3.0.0 with its ``markdown-it`` console script,
-its one-package overlay mdurl 0.1.2, a profile of any name that takes the native from a path,
-and the lock ``kvenv lock`` writes for it from the project's own wheelhouse. Used by the place
-tests (tests/unit/cli/test_one_place.py): a checkout laid out as an editable install, and the
-offline recipe of docs/kaggle.md."""
+"""The ``demo`` project the notebook and single-file tests run: the built-in demo profile's
+shape (a pure-Python native wheel, markdown-it-py 3.0.0, and its one-package overlay, mdurl
+0.1.2), built here because the built-in one downloads its bytes from the package index; and a
+clean environment for the ``kvenv`` commands the tests run (no ``KVENV_``/``PIP_``/``UV_``
+variables, a home of its own, this environment's ``kvenv`` first on ``PATH``)."""
 
 from __future__ import annotations
 
 import hashlib
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
 
-from tests.support.paths import REPO
 from tests.support.wheels import build_wheel
 
-CLI = "import sys\ndef main():\n    print('<p>' + open(sys.argv[1]).read().strip() + '</p>')\n"
+KVENV = str(Path(sys.executable).parent / "kvenv")
 
 
-def clean_env(home: Path, pythonpath: Path = REPO) -> dict[str, str]:
-    """This process's environment without kvenv's, pip's, uv's or a venv's settings, ``HOME``
-    at ``home`` (so the default root and cache are under it) and ``pythonpath`` first on the
-    import path (this checkout's kvenv, or a copy's)."""
+def netns_works() -> bool:
+    """Whether this machine lets a test run a command in a user and network namespace with
+    its own mounts (``unshare -rnm``)."""
+    if shutil.which("unshare") is None:
+        return False
+    done = subprocess.run(["unshare", "-rnm", "true"], capture_output=True)
+    return done.returncode == 0
+
+
+def clean_env(base: Path) -> dict[str, str]:
+    """This process's environment for a test's commands, with ``base/home`` as the home."""
     env = {
         k: v
         for k, v in os.environ.items()
-        if not k.startswith(("KVENV_", "PIP_", "UV_", "XDG_", "VIRTUAL_ENV", "PYTHON"))
+        if not k.startswith(("KVENV_", "PIP_", "UV_")) and k not in ("VIRTUAL_ENV",)
     }
-    env["HOME"] = str(home)
-    env["PYTHONPATH"] = str(pythonpath)
-    env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', os.defpath)}"
-    env.setdefault("LANG", "C.UTF-8")
+    env["HOME"] = str(base / "home")
+    env["XDG_CACHE_HOME"] = str(base / "home" / ".cache")
+    env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"
     return env
 
 
-def demo_project(project: Path, name: str = "demo", *, env: dict[str, str]) -> Path:
-    """``project/profiles/<name>.toml``, its wheels under ``project/wheels`` and its lock under
-    ``project/locks`` (``kvenv lock`` run in ``env``); returns ``project``."""
+def demo_project(base: Path) -> Path:
+    """``base/project``: profiles/demo.toml (markdown-it-py from a path, overlay mdurl) and
+    its kvenv lock, made with ``kvenv lock --no-index --find-links`` the project's wheels."""
+    project = base / "project"
     wheels = project / "wheels"
     native = build_wheel(
         wheels,
         "markdown-it-py",
         "3.0.0",
         requires=["mdurl~=0.1"],
-        files={"markdown_it/__init__.py": "__version__ = '3.0.0'\n", "markdown_it/cli.py": CLI},
-        entry_points={"markdown-it": "markdown_it.cli:main"},
+        files={"markdown_it/__init__.py": "__version__ = '3.0.0'\n"},
     )
     build_wheel(wheels, "mdurl", "0.1.2", files={"mdurl/__init__.py": "__version__ = '0.1.2'\n"})
     digest = hashlib.sha256(native.read_bytes()).hexdigest()
-    (project / "profiles").mkdir(parents=True, exist_ok=True)
-    (project / "profiles" / f"{name}.toml").write_text(
+    (project / "profiles").mkdir(parents=True)
+    (project / "profiles" / "demo.toml").write_text(
         "schema = 1\n"
-        f'name = "{name}"\n'
-        'description = "a demo built locally: markdown-it-py + mdurl"\n'
+        'name = "demo"\n'
+        'description = "the notebook test\'s demo: markdown-it-py + mdurl, built locally"\n'
         "[target]\n"
         'python = "3.10"\nimplementation = "cpython"\nabi = "none"\n'
         "[native]\n"
@@ -62,17 +67,14 @@ def demo_project(project: Path, name: str = "demo", *, env: dict[str, str]) -> P
         "[native.source]\n"
         f'kind = "path"\npath = "wheels/{native.name}"\n'
         "[overlay]\n"
-        f'lock = "locks/pylock.{name}.toml"\n'
-        "[runtime.env]\n"
-        'KVENV_DEMO = "1"\n'
+        'lock = "locks/pylock.demo.toml"\n'
     )
     done = subprocess.run(
-        [sys.executable, "-m", "kvenv", "lock", name, "--no-index", "--find-links", str(wheels)],
+        [KVENV, "lock", "demo", "--no-index", "--find-links", str(wheels)],
         cwd=project,
         capture_output=True,
         text=True,
-        env=env,
-        timeout=300,
+        env=clean_env(base),
     )
     assert done.returncode == 0, done.stderr
     return project

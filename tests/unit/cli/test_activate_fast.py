@@ -278,18 +278,18 @@ def test_kvenv_root_changed_is_noticed(
 
 
 @pytest.mark.parametrize("profile_valid", [True, False])
-def test_an_empty_cache_flag_is_the_full_paths_error(
+def test_an_empty_cache_flag_is_refused_as_the_command_line_is_parsed(
     applied: tuple[Project, Path], spy: Spy, profile_valid: bool
 ) -> None:
     project, _ = applied
     _cli(["activate", project.name, "--shell", "bash"])
-    if not profile_valid:  # the full path reports the profile first
+    if not profile_valid:  # refused before any profile is read, valid or not
         _profile_invalid(project)
     (code, _, err), answered = _both(
         spy, ["activate", project.name, "--cache", "", "--shell", "sh"]
     )
     assert answered is False and code == 2
-    assert ("--cache is empty" in err) is profile_valid
+    assert "argument --cache: an empty path is refused" in err
 
 
 def test_verbose_and_manifest_take_the_full_path(applied: tuple[Project, Path], spy: Spy) -> None:

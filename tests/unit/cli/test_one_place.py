@@ -12,7 +12,7 @@
   bundle's copy, ``$KVENV_PROFILE``), the root and the cache (flag, variable, default), from the
   CLI and from Python, reaches the one applied generation.
 
-The demo is built here (tests/support/demo.py): the built-in one downloads from the index.
+The demo is built here (tests/support/placedemo.py): the built-in one downloads from the index.
 """
 
 from __future__ import annotations
@@ -27,8 +27,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.support.demo import clean_env, demo_project
 from tests.support.paths import REPO
+from tests.support.placedemo import clean_env, demo_project
 
 KVENV = str(Path(sys.executable).parent / "kvenv")
 
@@ -60,7 +60,7 @@ def _ok(argv: list[str] | str, cwd: Path, env: dict[str, str], stdin: str | None
 def _checkout(base: Path, local: str = "demo") -> Path:
     """A copy of this checkout as an editable install sees it: the ``kvenv`` package beside
     ``profiles/``, ``locks/`` and ``schemas/`` (its built-ins), without the built-in ``local``
-    (the test builds its own: :func:`tests.support.demo.demo_project`)."""
+    (the test builds its own: :func:`tests.support.placedemo.demo_project`)."""
     checkout = base / "checkout"
     ignore = shutil.ignore_patterns("__pycache__", f"{local}.toml", f"pylock.{local}.toml")
     for name in ("kvenv", "profiles", "locks", "schemas"):

@@ -1,0 +1,52 @@
+"""Option values checked as the command line is parsed, before any command runs (so a bad
+value is refused on the fast paths and the full path alike, before anything is claimed or
+written): ``--jobs`` (a bounded count), ``--keep`` (generations kept) and paths (never empty).
+Each raises :class:`argparse.ArgumentTypeError`, which the parser reports as bad input (exit 2)
+naming the option."""
+
+from __future__ import annotations
+
+import argparse
+
+MAX_JOBS = 256  # more threads than any machine kvenv meets usefully runs downloads with
+
+
+def _whole(text: str) -> int:
+    try:
+        return int(text.strip())
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a whole number: {text!r}") from None
+
+
+def jobs_value(text: str) -> int:
+    """``--jobs N``: a whole number from 1 to :data:`MAX_JOBS`."""
+    value = _whole(text)
+    if not 1 <= value <= MAX_JOBS:
+        raise argparse.ArgumentTypeError(
+            f"must be from 1 to {MAX_JOBS}, not {value} (parallel downloads and unpacks)"
+        )
+    return value
+
+
+def keep_value(text: str) -> int:
+    """``--keep N``: generations an apply keeps, at least
+    :data:`kvenv.env.generations.MIN_KEEP` (the new one and the one it replaced)."""
+    from kvenv.env.generations import MIN_KEEP  # only when --keep is given
+
+    value = _whole(text)
+    if value < MIN_KEEP:
+        raise argparse.ArgumentTypeError(
+            f"must be at least {MIN_KEEP}, not {value} (the new generation and the one an "
+            "apply switches away from are always kept)"
+        )
+    return value
+
+
+def path_value(text: str) -> str:
+    """A path option: never empty (an empty path names no directory; leaving the option out
+    chooses the default)."""
+    if not text.strip():
+        raise argparse.ArgumentTypeError(
+            "an empty path is refused: give a path, or leave the option out"
+        )
+    return text
