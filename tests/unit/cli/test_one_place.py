@@ -172,15 +172,17 @@ def _netns_works() -> bool:
 
 
 def _kaggle_offline_blocks() -> tuple[str, list[str]]:
-    """docs/kaggle.md "Offline": the connected machine's command, and the notebook cell's
+    """docs/kaggle.md "Offline", the directory bundle's recipe (the one that installs kvenv and
+    calls ``kvenv.activate()``): the connected machine's command, and the notebook cell's
     lines, as the page gives them."""
     text = (REPO / "docs" / "kaggle.md").read_text(encoding="utf-8")
     section = text.split("\n## Offline", 1)[1].split("\n## ", 1)[0]
-    blocks = re.findall(r"```(\w+)\n(.*?)```", section, re.S)
-    (console,) = [body for lang, body in blocks if lang == "console"]
-    (cell,) = [body for lang, body in blocks if lang == "python"]
-    (command,) = [ln[2:] for ln in console.splitlines() if ln.startswith("$ ")]
-    return command, [ln for ln in cell.splitlines() if ln.strip()]
+    cells = re.findall(r"```python\n(.*?)```", section, re.S)
+    (cell,) = [body for body in cells if "import kvenv" in body]
+    before = section[: section.index(cell)]
+    commands = re.findall(r"`(kvenv bundle [^`]*-o kvenv-bundle)`", before)
+    assert commands, "the directory bundle's command is not on the page"
+    return commands[-1], [ln for ln in cell.splitlines() if ln.strip()]
 
 
 @pytest.mark.skipif(not _netns_works(), reason="needs `unshare -rnm` (user, network, mounts)")
