@@ -7,7 +7,8 @@
 - docs/kaggle.md's "Offline" recipe, its code blocks taken from the page and run as written
   (``/kaggle/input`` is a read-only bind mount of a directory here), in a network namespace,
   with only ``$KVENV_PROFILE``, ``$KVENV_ROOT`` and ``$KVENV_CACHE_DIR`` set: ``kvenv.activate()``
-  in Python finds what the CLI applied, and ``status`` and ``verify`` agree.
+  in Python finds what the CLI applied, and ``status`` and ``verify`` agree. The same for the
+  page's single-file recipe (``kvenv bundle --single-file``, run by a python with no kvenv).
 - A matrix: each documented way to name the profile (name, ``./profiles`` file, a path, a
   bundle's copy, ``$KVENV_PROFILE``), the root and the cache (flag, variable, default), from the
   CLI and from Python, reaches the one applied generation.
@@ -321,3 +322,81 @@ def test_every_way_to_name_the_profile_root_and_cache_reaches_one_generation(
         assert module.startswith(str(root / "generations" / generation)), (label, module)
         seen.append(label)
     assert len(seen) == len(profiles) + 3  # every profile way, and root/cache by env in Python
+
+
+def _kaggle_single_file_blocks() -> tuple[str, list[str]]:
+    """docs/kaggle.md "Offline", the single file's recipe: the connected machine's command and
+    the notebook cell's lines, as the page gives them."""
+    text = (REPO / "docs" / "kaggle.md").read_text(encoding="utf-8")
+    section = text.split("\n## Offline", 1)[1].split("\n## ", 1)[0]
+    consoles = re.findall(r"```console\n(.*?)```", section, re.S)
+    (command,) = [ln[2:] for ln in consoles[0].splitlines() if ln.startswith("$ ")]
+    cell = next(b for b in re.findall(r"```python\n(.*?)```", section, re.S) if "runpy" in b)
+    return command, [ln for ln in cell.splitlines() if ln.strip()]
+
+
+@pytest.mark.skipif(not _netns_works(), reason="needs `unshare -rnm` (user, network, mounts)")
+def test_the_kaggle_single_file_recipe_runs_as_written(tmp_path: Path) -> None:
+    """The single file's recipe, the cell run as IPython would (``!`` lines through the shell
+    with ``{NAME}`` filled from the cell's variables) by a python with no kvenv, with only
+    ``$KVENV_PROFILE``, ``$KVENV_ROOT`` and ``$KVENV_CACHE_DIR`` set; ``import vllm`` stands
+    for the profile's native (here markdown_it). Then the file's ``status`` and ``verify``."""
+    command, cell = _kaggle_single_file_blocks()
+    assert command.startswith("kvenv bundle kaggle-t4x2-cu128 --single-file "), command
+    checkout = _checkout(tmp_path, "kaggle-t4x2-cu128")
+    connected = clean_env(tmp_path / "connected-home", checkout)
+    demo_project(checkout, "kaggle-t4x2-cu128", env=connected)
+    machine = tmp_path / "connected"
+    machine.mkdir()
+    _ok(command, machine, connected)  # the page's command, unchanged
+    name = command.split("--single-file ", 1)[1].split()[0]
+    inputs = tmp_path / "input"  # /kaggle/input: the dataset, mounted read-only below
+    (inputs / "kvenv-bundle").mkdir(parents=True)
+    shutil.copy2(machine / name, inputs / "kvenv-bundle" / name)
+    kernel = tmp_path / "kernel"  # the notebook's Python: no kvenv
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(kernel)], check=True)
+    program = ["import json, os, subprocess"]
+    for line in cell:
+        line = line.replace("/kaggle/input", str(inputs)).split("  #")[0].rstrip()
+        if line.startswith("!"):
+            program.append(
+                f"subprocess.run({line[1:]!r}.format(**globals()), shell=True, check=True)"
+            )
+        else:
+            program.append(line.replace("import vllm", "import markdown_it, mdurl"))
+    program.append(
+        "print(json.dumps({'native': markdown_it.__file__, 'overlay': mdurl.__file__,"
+        " 'manifest': os.environ.get('KVENV_MANIFEST')}))"
+    )
+    working = tmp_path / "working"
+    working.mkdir()
+    (working / "cell.py").write_text("\n".join(program) + "\n")
+    pyz = inputs / "kvenv-bundle" / name
+    script = [
+        "set -e",
+        "python -I cell.py > activated.json",
+        f"python -I {shlex.quote(str(pyz))} status --json > status.json",
+        f"python -I {shlex.quote(str(pyz))} verify --json > verify.json",
+    ]
+    env = clean_env(tmp_path / "home", checkout)
+    env.pop("PYTHONPATH")
+    env["PATH"] = f"{kernel / 'bin'}:/usr/bin:/bin"
+    env.update(
+        KVENV_PROFILE="kaggle-t4x2-cu128",
+        KVENV_ROOT=str(working / "kvenv"),
+        KVENV_CACHE_DIR=str(working / "kvenv-cache"),
+    )
+    mount = 'mount --bind "$0" "$0" && mount -o remount,bind,ro "$0" && exec "$@"'
+    argv = ["unshare", "-rnm", "sh", "-c", mount, str(inputs), "sh", "-c", "\n".join(script)]
+    _ok(argv, working, env)
+    # the cell's output: apply's report, then the line the check printed
+    activated = json.loads((working / "activated.json").read_text().splitlines()[-1])
+    root = working / "kvenv"
+    assert activated["native"].startswith(str(root / "generations")), activated
+    assert activated["overlay"].startswith(str(root / "generations")), activated
+    status = json.loads((working / "status.json").read_text())
+    verify = json.loads((working / "verify.json").read_text())
+    assert status["applied"] is True and status["owned"] is True, status
+    assert verify["ok"] is True, verify
+    generation = Path(activated["manifest"]).parent.name
+    assert status["generation"] == verify["generation"] == generation, (status, verify)
