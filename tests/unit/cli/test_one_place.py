@@ -340,7 +340,9 @@ def test_the_kaggle_single_file_recipe_runs_as_written(tmp_path: Path) -> None:
     """The single file's recipe, the cell run as IPython would (``!`` lines through the shell
     with ``{NAME}`` filled from the cell's variables) by a python with no kvenv, with only
     ``$KVENV_PROFILE``, ``$KVENV_ROOT`` and ``$KVENV_CACHE_DIR`` set; ``import vllm`` stands
-    for the profile's native (here markdown_it). Then the file's ``status`` and ``verify``."""
+    for the profile's native (here markdown_it). Then the file's ``status`` and ``verify``.
+    (The file's own commands name its own copy of the profile, so this passed before issue 23's
+    identity change too: it keeps the page's first recipe true with those variables set.)"""
     command, cell = _kaggle_single_file_blocks()
     assert command.startswith("kvenv bundle kaggle-t4x2-cu128 --single-file "), command
     checkout = _checkout(tmp_path, "kaggle-t4x2-cu128")
