@@ -226,6 +226,16 @@ def _describe_snapshot(snap: HostSnapshot) -> None:
             f"CUDA:      toolkit {_or_missing(cuda_info.toolkit_version)} at "
             f"{_or_missing(cuda_info.home)}; libcuda {_or_missing(cuda_info.libcuda)}"
         )
+    cpu = snap.cpu
+    if cpu is not None:
+        level = f", {cpu.level}" if cpu.level else ""
+        features = " ".join(cpu.features) or "no tracked features"
+        out(f"CPU:       {cpu.model or cpu.arch}{level}; {features}")
+    libraries = snap.libraries
+    if libraries is not None:
+        system = "not read" if libraries.system is None else str(len(libraries.system))
+        shipped = sum(len(files) for files in libraries.packages.values())
+        out(f"libraries: {system} in the loader's cache, {shipped} from torch/nvidia-* packages")
     out(f"Kaggle:    {'yes' if snap.is_kaggle else 'no'}")
     for note in snap.notes:
         out(f"note: {note}")

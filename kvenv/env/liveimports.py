@@ -31,7 +31,7 @@ from kvenv.errors import AlreadyImportedWarning, ConflictError, Problem
 if TYPE_CHECKING:
     from kvenv.env.manifest import Manifest
 
-FIX = (
+RESTART_FIX = (
     "restart the kernel (or the interpreter), then call kvenv.activate() before importing "
     "anything else"
 )
@@ -199,13 +199,13 @@ def check_live_imports(manifest: Manifest, *, strict: bool = False) -> list[Load
             f"{len(clashes)} module(s) of the overlay are already imported in this process "
             "at another version; activation would mix the two",
             problems=[Problem(c.message()) for c in clashes],
-            hint=FIX,
+            hint=RESTART_FIX,
         )
     import warnings
 
     level = _caller_level()
     for clash in clashes:
-        warnings.warn(f"{clash.message()}. Fix: {FIX}.", AlreadyImportedWarning, stacklevel=level)
+        warnings.warn(f"{clash.message()}. Fix: {RESTART_FIX}.", AlreadyImportedWarning, stacklevel=level)
     return clashes
 
 

@@ -9,6 +9,7 @@ import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from concurrent.futures import FIRST_EXCEPTION, Future, ThreadPoolExecutor, wait
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import attrs
 
@@ -26,9 +27,12 @@ from kvenv.errors import (
 )
 from kvenv.fetch.cache import ArtifactCache
 from kvenv.fetch.hub import describe, download_hf, hub_offline
-from kvenv.fetch.index import find_on_index, locate_wheel
+from kvenv.fetch.index import find_on_index
 from kvenv.model.profile import HfSource, IndexSource, UrlSource
 from kvenv.plan.artifacts import Artifact, url_filename, verify_wheel_identity
+
+if TYPE_CHECKING:
+    from kvenv.fetch.locate import Locator as _Locator
 
 ATTEMPTS = 3
 MAX_LISTED = 20
@@ -174,6 +178,13 @@ def _needs_network(artifact: Artifact) -> bool:
     return not isinstance(source, Path) or (artifact.index_fallback and not source.is_file())
 
 
+def _located(artifact: Artifact) -> bool:
+    """Whether the artifact is a portable lock's wheel to be found on the index: its file is
+    not at the lock's path."""
+    source = artifact.source
+    return isinstance(source, Path) and artifact.index_fallback and not source.is_file()
+
+
 def _where(artifact: Artifact) -> str:
     if isinstance(artifact.source, Path):  # a portable lock's wheel that is not there
         return f"the index ({artifact.source} does not exist)"
@@ -234,6 +245,7 @@ def _fetch_parallel(
     pool = ThreadPoolExecutor(max_workers=min(jobs, len(pending)), thread_name_prefix="kvenv")
     futures: dict[Future[Path], Artifact] = {}
     try:
+        fetcher.prefetch(pending)
         futures = {pool.submit(fetcher.fetch, artifact): artifact for artifact in pending}
         done, _ = wait(futures, return_when=FIRST_EXCEPTION)
         if any(f.exception() is not None for f in done):
@@ -243,6 +255,7 @@ def _fetch_parallel(
         if any(not f.done() for f in futures):
             cancel.set()  # interrupted: stop running downloads at their next chunk
         pool.shutdown(wait=True, cancel_futures=True)
+        fetcher.close()
     for future, artifact in futures.items():
         if future.cancelled():
             continue
@@ -280,6 +293,29 @@ class _Fetcher:
         self.index_urls = index_urls
         self.find_links = find_links
         self.timeout = timeout
+        self._locator: _Locator | None = None
+        self._locator_lock = threading.Lock()
+
+    def prefetch(self, pending: Sequence[Artifact]) -> None:
+        """Ask the index for the page of every project whose wheel must be located, at once."""
+        wanted = [a.name for a in pending if _located(a)]
+        if wanted:
+            self.locator().prefetch(wanted)
+
+    def locator(self) -> _Locator:
+        """The one :class:`Locator` of this fetch (made on first use)."""
+        with self._locator_lock:
+            if self._locator is None:
+                from kvenv.fetch.locate import Locator  # not imported by an offline apply
+                from kvenv.lock.cache import IndexCache
+
+                urls, links = self._index()
+                self._locator = Locator(urls, links, IndexCache(self.store.root))
+            return self._locator
+
+    def close(self) -> None:
+        if self._locator is not None:
+            self._locator.close()
 
     def fetch(self, artifact: Artifact) -> Path:
         if self.cancel.is_set():
@@ -302,12 +338,9 @@ class _Fetcher:
             _safe_filename(filename, artifact)
         elif isinstance(source, UrlSource):
             location = source.url
-        elif isinstance(source, Path) and artifact.index_fallback and not source.is_file():
+        elif _located(artifact):
             assert filename is not None
-            urls, links = self._index()
-            location = locate_wheel(
-                artifact.name, filename, artifact.sha256, index_urls=urls, find_links=links
-            )
+            location = self.locator().locate(artifact.name, filename, artifact.sha256)
         else:
             location = source
         if isinstance(location, Path):

@@ -1,6 +1,6 @@
-"""Finding a pinned wheel on a package index or in a find-links location, with unearth:
-:func:`find_on_index` for a profile's index source, :func:`locate_wheel` for a portable lock's
-wheel (by project name and exact file name).
+"""Finding a profile's native wheel pinned by ``kind = "index"`` on a package index or in a
+find-links location, with unearth (:func:`find_on_index`). A portable lock's wheels, known by
+exact file name, are found by :mod:`kvenv.fetch.locate` instead.
 
 The wheel is identified by name, exact version, file name (when the profile gives one) and
 sha256: a link whose published hash differs is skipped, and the downloaded bytes are verified
@@ -19,7 +19,7 @@ from packaging.version import InvalidVersion, Version
 
 from kvenv._util.redact import redact_url
 from kvenv._util.urls import check_url
-from kvenv.errors import FetchError, IntegrityError
+from kvenv.errors import FetchError
 from kvenv.model.profile import IndexSource
 
 
@@ -102,9 +102,9 @@ def _unreachable(wanted: str, urls: Sequence[str], exc: Exception) -> FetchError
 
 def _without_urls(text: str) -> str:
     """``text`` with every URL in it redacted (credentials never reach a message)."""
-    import re
+    from kvenv.lock.pages import without_urls
 
-    return re.sub(r"[a-z][a-z0-9+.-]*://\S+", lambda m: redact_url(m.group(0)), text)
+    return without_urls(text)
 
 
 def _matches(package: Any, link: Any, version: str, filename: str | None) -> bool:
@@ -116,64 +116,3 @@ def _matches(package: Any, link: Any, version: str, filename: str | None) -> boo
         return package.version is not None and Version(package.version) == Version(version)
     except InvalidVersion:
         return False
-
-
-def locate_wheel(
-    name: str,
-    filename: str,
-    sha256: str,
-    *,
-    index_urls: Sequence[str],
-    find_links: Sequence[str] = (),
-) -> str | Path:
-    """Where the index serves the wheel ``filename`` of project ``name`` (a portable lock's
-    entry): an https URL or a local file. Only the exact file name is considered. A link that
-    publishes another sha256 is an :class:`IntegrityError`; a link without one is returned
-    and the download is verified against ``sha256`` like every other artifact."""
-    from unearth import PackageFinder
-
-    for url in index_urls:
-        check_url(url, what="index URL")
-    try:
-        finder = PackageFinder(
-            index_urls=list(index_urls), find_links=list(find_links), ignore_compatibility=True
-        )
-        links = [
-            p.link
-            for p in finder.find_all_packages(name, allow_yanked=True)
-            if str(p.link.filename) == filename
-        ]
-    except _search_errors() as exc:
-        raise _unreachable(filename, index_urls, exc) from None
-    unhashed, other = None, None
-    for link in links:
-        published = (link.hashes or {}).get("sha256")
-        if published is None:
-            unhashed = unhashed or link
-        elif published.lower() == sha256:
-            return _location(link)
-        else:
-            other = published.lower()
-    if unhashed is not None:
-        return _location(unhashed)
-    where = ", ".join(redact_url(u) for u in index_urls) or "the default index"
-    if other is not None:
-        raise IntegrityError(
-            f"{where} serves {filename} with sha256 {other}, the lock pins {sha256}",
-            hint="the index holds another file under that name: use the index the lock was "
-            "made against (--index-url or PIP_INDEX_URL / UV_INDEX_URL), or relock",
-        )
-    raise FetchError(
-        f"{filename} not found on {where}",
-        hint="set the index that has it (--index-url, or PIP_INDEX_URL / UV_INDEX_URL), put "
-        "the file in the project's wheels/ directory, or use a bundle made with `kvenv bundle` "
-        "on a connected machine",
-    )
-
-
-def _location(link: Any) -> str | Path:
-    if link.is_file:
-        return Path(os.fspath(link.file_path))
-    url = str(link.url_without_fragment)
-    check_url(url, what="wheel URL")
-    return url

@@ -176,6 +176,14 @@ class IndexCache:
         self._write(self._path("metadata-v1", key, ".METADATA"), data)
 
     # digests of files whose index gave none ------------------------------------------------
+    def get_linkage(self, key: str) -> bytes | None:
+        """JSON kept by :mod:`kvenv.lock.linkage` under ``key``: a native wheel's sha256 (what
+        its shared objects link) or ``libraries-<sha256>`` (the libraries a wheel ships)."""
+        return self._read(self._path("linkage-v1", key, ".json"))
+
+    def put_linkage(self, key: str, data: bytes) -> None:
+        self._write(self._path("linkage-v1", key, ".json"), data)
+
     def get_digest(self, key: str) -> tuple[str, int] | None:
         path = self._path("digests-v1", _digest(key), ".json")
         raw = self._read(path)

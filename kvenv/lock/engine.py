@@ -36,6 +36,7 @@ from kvenv.lock.pylock import (
     WHEELHOUSE,
     AssumptionEntry,
     KvenvTable,
+    LinkedObject,
     LockFile,
     NativeEntry,
     ShadowEntry,
@@ -219,6 +220,8 @@ def kvenv_table(
             sha256=profile.native.sha256,
             requires=list(native.requires),
             requires_from=native.source,
+            linkage=list(native.linkage) if native.linkage is not None else None,
+            overlay_provides=list(native.overlay_provides) or None,
         ),
         requires=roots,
         constraints=constraints,
@@ -267,6 +270,12 @@ def lock_profile(
             finder=finder,
             offline=options.offline,
         )
+        # --native-requires stands in for reading a remote native wheel: it is not read for
+        # its linkage either (a local one is; else the previous lock's record is kept)
+        no_remote = options.offline or options.native_requires is not None
+        native = attrs.evolve(
+            native, linkage=_checked_linkage(loaded, host, previous, finder, no_remote)
+        )
         native_wheel = _native_index_wheel(loaded, finder)
         text, resolution = _lock(
             loaded,
@@ -281,6 +290,85 @@ def lock_profile(
     old = path.read_text(encoding="utf-8") if path.is_file() else None
     portable = portable_choice(options, previous)
     return LockResult(path, text, resolution, target, native.source, old != text, portable)
+
+
+def _checked_linkage(
+    loaded: LoadedProfile,
+    host: HostSnapshot | None,
+    previous: LockFile | None,
+    finder: Finder,
+    offline: bool,
+) -> tuple[LinkedObject, ...] | None:
+    """What the native wheel links (read from its ELF headers), refused with
+    :class:`ConflictError` before any resolution when it needs a CUDA newer than the target's
+    (:mod:`kvenv.probe.linkage`); what it needs of the host is checked after resolution
+    (:func:`_linkage_against_overlay`), once the overlay is known."""
+    from kvenv.lock.linkage import native_linkage
+
+    found = native_linkage(loaded, previous=previous, finder=finder, offline=offline)
+    if found is None:
+        return None
+    _refuse_linkage(loaded, tuple(found), host, (), only_cuda=True)
+    return tuple(found)
+
+
+def _refuse_linkage(
+    loaded: LoadedProfile,
+    found: tuple[LinkedObject, ...],
+    host: HostSnapshot | None,
+    overlay: Sequence[str],
+    *,
+    only_cuda: bool = False,
+) -> None:
+    from kvenv.probe.linkage import CUDA_CHECK, SharedObject, check_linkage
+
+    profile = loaded.profile
+    assert profile.native is not None
+    findings = check_linkage(
+        [SharedObject(o.path, tuple(o.needed), o.soname) for o in found],
+        native=f"{profile.native.name} {profile.native.version}",
+        target=profile.target,
+        host=host,
+        declared=profile.native.provided_libs or (),
+        overlay=overlay,
+    )
+    errors = [
+        f for f in findings if f.status == "error" and (f.check == CUDA_CHECK or not only_cuda)
+    ]
+    if errors:
+        raise ConflictError(
+            "; ".join(f.message for f in errors),
+            hint=" / ".join(dict.fromkeys(f.fix for f in errors if f.fix)),
+        )
+
+
+def _linkage_against_overlay(
+    loaded: LoadedProfile,
+    native: NativeRequires,
+    resolution: Resolution,
+    host: HostSnapshot | None,
+    finder: Finder | None,
+    offline: bool,
+) -> NativeRequires:
+    """``native`` with the libraries its objects need that the resolved overlay's wheels ship;
+    :class:`ConflictError` when a library is then still provided by no one on the recorded
+    host."""
+    from kvenv.lock.linkage import overlay_provides
+    from kvenv.probe.linkage import SharedObject, wanted
+
+    if native.linkage is None or loaded.profile.native is None:
+        return native
+    objects = [SharedObject(o.path, tuple(o.needed), o.soname) for o in native.linkage]
+    libraries = wanted(objects, loaded.profile.target, loaded.profile.native.provided_libs or ())
+    session = None if offline or finder is None else (lambda: finder.session)
+    shipped = overlay_provides(
+        [p.wheel for p in resolution.packages],
+        libraries,
+        cache=finder.cache if finder is not None else None,
+        session=session,
+    )
+    _refuse_linkage(loaded, native.linkage, host, shipped)
+    return attrs.evolve(native, overlay_provides=tuple(shipped))
 
 
 def native_package(
@@ -369,6 +457,10 @@ def _lock(
     )
     resolution = resolve(request, universe)
     refuse_protected_contents(resolution, request.protected, options.wheel_at_hand)
+    no_remote = options.offline or options.native_requires is not None
+    native = _linkage_against_overlay(
+        loaded, native, resolution, host, getattr(universe, "finder", None), no_remote
+    )
     text = render_lock(
         loaded,
         request,

@@ -3,9 +3,9 @@
 unearth parses the pages (PEP 503 HTML and PEP 691 JSON) and filters links (wheels only,
 yanked excluded, name checked); kvenv ranks the wheel tags for the *target* (never the running
 machine), checks ``Requires-Python`` against the target's Python, applies ``--exclude-newer``,
-and caches the pages (fresh for :data:`PAGE_TTL` seconds, then revalidated; used as they are
-with ``--offline``). Pages are fetched in parallel: the resolver prefetches the projects it
-will need next.
+and caches the pages through :mod:`kvenv.lock.pages` (fresh for ten minutes, then
+revalidated; used as they are with ``--offline``). Pages are fetched in parallel: the
+resolver prefetches the projects it will need next.
 """
 
 from __future__ import annotations
@@ -14,7 +14,6 @@ import contextlib
 import hashlib
 import json
 import threading
-import time
 from collections.abc import Iterable
 from concurrent.futures import Future, ThreadPoolExecutor
 from datetime import datetime
@@ -37,18 +36,12 @@ from packaging.version import InvalidVersion, Version
 from kvenv._util import jsonio
 from kvenv._util.redact import redact_url
 from kvenv.errors import FetchError
-from kvenv.lock.cache import CachedPage, IndexCache, PageHead
+from kvenv.lock.cache import CachedPage, IndexCache
 from kvenv.lock.jobs import Claimable
+from kvenv.lock.pages import JSON_PAGE, Found, Pages, new_session
 from kvenv.lock.pagescan import scan_files
 from kvenv.lock.sources import IndexConfig
 from kvenv.model.target import TargetEnv
-
-PAGE_TTL = 600.0
-ACCEPT = (
-    "application/vnd.pypi.simple.v1+json, application/vnd.pypi.simple.v1+html; q=0.1, "
-    "text/html; q=0.01"
-)
-JSON_PAGE = "application/vnd.pypi.simple.v1+json"
 
 
 @attrs.frozen
@@ -131,17 +124,14 @@ class Finder:
         self._tags_digest: str | None = None
         self.scan_pages = True  # PEP 691 pages through kvenv.lock.pagescan (False: json.loads)
         self.index_urls = config.index_urls()
+        self._pages = Pages(cache, lambda: self.session, offline=offline, refresh=refresh)
 
     # the HTTP session ----------------------------------------------------------------------
     @property
     def session(self) -> Any:
         with self._session_lock:
             if self._session is None:
-                import httpx2
-                from unearth.fetchers.sync import PyPIClient
-
-                limits = httpx2.Limits(max_connections=32, max_keepalive_connections=32)
-                self._session = PyPIClient(timeout=60.0, limits=limits)
+                self._session = new_session()
             return self._session
 
     def close(self) -> None:
@@ -197,7 +187,7 @@ class Finder:
         self,
         name: NormalizedName,
         index: str,
-        found: _Found,
+        found: Found,
         wheels: list[WheelFile],
         filenames: list[str],
     ) -> None:
@@ -413,70 +403,9 @@ class Finder:
         return [] if found is None else _entries(_as_page(found.page()), None)
 
     # pages ---------------------------------------------------------------------------------
-    def _page(self, url: str, *, cached_ok: bool = True) -> _Found | None:
-        """The page at ``url`` (None: the index has no such page), from the cache while fresh
-        (its bytes read only when needed), else fetched or revalidated."""
-        head = self.cache.get_head(url) if cached_ok else None
-        if head is not None and (
-            self.offline or (not self.refresh and time.time() - head.fetched_at < PAGE_TTL)
-        ):
-            return None if head.empty else _Found(self, head)
-        if self.offline:
-            raise FetchError(
-                f"offline: no cached index page {redact_url(url)}",
-                hint="run `kvenv lock` once with network access to fill the cache",
-            )
-        headers = {"Accept": ACCEPT}
-        if head is not None and head.etag:
-            headers["If-None-Match"] = head.etag
-        if head is not None and head.last_modified:
-            headers["If-Modified-Since"] = head.last_modified
-        try:
-            response = self.session.get(url, headers=headers, follow_redirects=True)
-        except Exception as exc:
-            raise FetchError(f"cannot reach {redact_url(url)}: {exc}") from None
-        if response.status_code == 304 and head is not None:
-            fresh = attrs.evolve(head, fetched_at=time.time())
-            self.cache.put_head(fresh)
-            return None if fresh.empty else _Found(self, fresh)
-        if response.status_code == 404:
-            self.cache.put_page(CachedPage(url, b"", "text/html", time.time()))
-            return None
-        if response.status_code >= 400:
-            raise FetchError(f"{redact_url(url)} answered HTTP {response.status_code}")
-        page = CachedPage(
-            url=url,
-            content=response.content,
-            content_type=response.headers.get("Content-Type", "text/html"),
-            fetched_at=time.time(),
-            etag=response.headers.get("ETag"),
-            last_modified=response.headers.get("Last-Modified"),
-        )
-        written = self.cache.put_page(page)
-        return _Found(self, written, page)
-
-
-class _Found:
-    """A page the finder has: its head, and its bytes (read from the cache on first use)."""
-
-    def __init__(self, finder: Finder, head: PageHead, page: CachedPage | None = None) -> None:
-        self.finder = finder
-        self.head = head
-        self._page = page
-
-    def page(self) -> CachedPage:
-        if self._page is None:
-            head = self.head
-            body = self.finder.cache.get_body(head.url)
-            if body is None:  # the bytes went missing: fetch again (offline: say so)
-                again = self.finder._page(head.url, cached_ok=False)
-                if again is None:
-                    raise FetchError(f"{redact_url(head.url)} is gone from the index")
-                return again.page()
-            self._page = CachedPage(
-                head.url, body, head.content_type, head.fetched_at, head.etag, head.last_modified
-            )
-        return self._page
+    def _page(self, url: str) -> Found | None:
+        """The page at ``url`` through the page cache (:mod:`kvenv.lock.pages`)."""
+        return self._pages.get(url)
 
 
 PARSED_FORMAT = 1

@@ -107,7 +107,7 @@ def read_wheel_metadata(path: Path) -> DistMetadata:
     return parse_metadata(data, origin=str(path))
 
 
-class _RangeFile(io.RawIOBase):
+class RangeFile(io.RawIOBase):
     """A read-only, seekable view of a remote file fetched by HTTP range requests."""
 
     def __init__(self, session: Any, url: str, size: int, tail: bytes) -> None:
@@ -254,7 +254,7 @@ def range_metadata(session: Any, url: str, name: str, *, origin: str) -> bytes:
     if found is not None:  # the usual case: the central directory and METADATA in the tail
         return found
     final_url = str(response.url)
-    remote = _RangeFile(session, final_url, int(total), response.content)
+    remote = RangeFile(session, final_url, int(total), response.content)
     with zipfile.ZipFile(io.BufferedReader(remote, buffer_size=64 * 1024)) as archive:
         return metadata_from_zip(archive, name, origin=origin)
 

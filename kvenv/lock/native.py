@@ -25,7 +25,7 @@ from kvenv.lock.metadata import (
     range_metadata,
     read_wheel_metadata,
 )
-from kvenv.lock.pylock import LockFile
+from kvenv.lock.pylock import LinkedObject, LockFile
 from kvenv.lock.reqfile import read_requirements
 from kvenv.model.loading import LoadedProfile
 from kvenv.model.profile import HfSource, IndexSource, Native, PathSource, UrlSource
@@ -39,6 +39,9 @@ _LABELS = {"index": "index metadata", "url": "url", "hf": "hf"}
 class NativeRequires:
     requires: tuple[str, ...]
     source: str  # how they were obtained, recorded as requires-from
+    # what its shared objects link (kvenv.lock.linkage), recorded as [[...native.linkage]]
+    linkage: tuple[LinkedObject, ...] | None = None
+    overlay_provides: tuple[str, ...] = ()  # which of its libraries the overlay ships
 
 
 def _same_native(native: Native, previous: LockFile | None) -> bool:
@@ -127,7 +130,7 @@ def _from_source(
     if isinstance(source, UrlSource):
         url, how = source.url, _LABELS["url"]
     elif isinstance(source, HfSource):
-        url, how = _hf_url(source), _LABELS["hf"]
+        url, how = hf_url(source), _LABELS["hf"]
     else:
         raise FetchError("unknown native source")
     data = _remote_metadata(url, native.name)
@@ -144,7 +147,8 @@ def _remote_metadata(url: str, name: str) -> bytes:
         return range_metadata(client, url, name, origin=f"the native wheel {name}")
 
 
-def _hf_url(source: HfSource) -> str:
+def hf_url(source: HfSource) -> str:
+    """The Hub's resolve URL of an ``hf`` source (``huggingface_hub``'s, so its endpoint)."""
     from huggingface_hub import hf_hub_url
 
     url: str = hf_hub_url(

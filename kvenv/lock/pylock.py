@@ -52,12 +52,27 @@ def hub_resolve_url(source: HfSource) -> str:
 
 # the [tool.kvenv] table ----------------------------------------------------------------------
 @attrs.frozen
+class LinkedObject:
+    """``[[tool.kvenv.native.linkage]]``: one shared object of the native wheel (its path in
+    the wheel), the libraries it needs (``DT_NEEDED``) and its own ``DT_SONAME``."""
+
+    path: str
+    needed: list[str] = attrs.field(factory=list)
+    soname: str | None = None
+
+
+@attrs.frozen
 class NativeEntry:
     name: str
     version: str
     sha256: str
     requires: list[str] = attrs.field(factory=list)
     requires_from: str = "metadata"
+    # What the wheel's shared objects link, read from their ELF headers at lock time; None in
+    # a lock made before kvenv read it (plan then reports the linkage untested).
+    linkage: list[LinkedObject] | None = None
+    # Which of the libraries it needs the overlay's wheels ship (found at lock time).
+    overlay_provides: list[str] | None = None
 
 
 @attrs.frozen

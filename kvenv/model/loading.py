@@ -26,6 +26,7 @@ from kvenv.model.profile import (
     IndexSource,
     PathSource,
     Profile,
+    cpu_problems,
     runtime_env_problems,
 )
 
@@ -489,12 +490,22 @@ def check_profile(profile: Profile, *, file: str | None = None) -> list[Problem]
                 f"tensor_parallel_size {tp} exceeds the target's {target.gpu.count} GPU(s)",
                 f"use at most {target.gpu.count}",
             )
+    if target is not None and target.cpu is not None:
+        for where, message, fix in cpu_problems(target):
+            add(where, message, fix)
     for where, message, fix in runtime_env_problems(profile.runtime):
         add(where, message, fix)
     native = profile.native
     if native is not None:
         if canonicalize_name(native.name) in protected:
             add("$.native.name", f"{native.name!r} is protected on the host", "pick another")
+        libs = native.provided_libs or []
+        for index, lib in enumerate(libs):
+            where = f"$.native.provided_libs[{index}]"
+            if "/" in lib or lib.strip() != lib:
+                add(where, f"{lib!r} is not a library file name", 'write a name: "libnuma.so.1"')
+            elif lib in libs[:index]:
+                add(where, f"{lib!r} is listed twice", "list each library once")
         filename = None
         if isinstance(native.source, (HfSource, IndexSource)):
             filename = native.source.filename

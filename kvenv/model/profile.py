@@ -11,6 +11,7 @@ from typing import Literal
 
 import attrs
 
+from kvenv.model.cpuisa import ARCHES, X86_FEATURES, CpuFeature, X86Level
 from kvenv.model.fields import (
     DottedVersion,
     EnvName,
@@ -48,6 +49,16 @@ class Gpu:
 
 
 @attrs.frozen
+class TargetCpu:
+    """The instruction-set features the native wheel's code needs (``[target.cpu]``): an x86-64
+    psABI ``level`` (x86_64 targets) and named ``features`` (the kernel's names, as
+    ``/proc/cpuinfo`` lists them); the architecture itself is ``target.machine``."""
+
+    level: X86Level | None = None
+    features: list[CpuFeature] = attrs.field(factory=list)
+
+
+@attrs.frozen
 class Target:
     """The machine the overlay is for, which need not be the machine kvenv runs on.
 
@@ -66,6 +77,7 @@ class Target:
     gpu: Gpu | None = None
     driver_min: DottedVersion | None = None
     cuda: DottedVersion | None = None
+    cpu: TargetCpu | None = None
 
     @property
     def pure(self) -> bool:
@@ -144,6 +156,9 @@ class Native:
     sha256: Sha256
     source: Source
     size: PositiveInt | None = None
+    # Libraries (file names, as DT_NEEDED names them) its shared objects need that something
+    # kvenv does not see provides: an overlay wheel, a directory on LD_LIBRARY_PATH.
+    provided_libs: list[NonEmpty] | None = None
 
 
 @attrs.frozen
@@ -208,6 +223,38 @@ LOADER_PREFIXES = ("LD_", "DYLD_", "BASH_FUNC_")
 KVENV_SETS = frozenset(
     {"PATH", "PYTHONPATH", "LD_LIBRARY_PATH", "KVENV_MANIFEST", "KVENV_ACTIVE_GENERATION"}
 )
+
+
+def cpu_problems(target: Target) -> list[tuple[str, str, str]]:
+    """``($.path, message, fix)`` for each ``[target.cpu]`` entry that does not fit the
+    target's machine: a feature of another architecture, listed twice, or an x86-64 level on
+    another known architecture (a machine kvenv does not know is not judged)."""
+    cpu = target.cpu
+    if cpu is None:
+        return []
+    problems: list[tuple[str, str, str]] = []
+    known = ARCHES.get(target.machine)
+    if cpu.level is not None and known is not None and known is not X86_FEATURES:
+        problems.append(
+            (
+                "$.target.cpu.level",
+                f"an x86-64 level is set for a {target.machine} target",
+                'remove level, or set target.machine = "x86_64"',
+            )
+        )
+    for index, feature in enumerate(cpu.features):
+        where = f"$.target.cpu.features[{index}]"
+        if feature in cpu.features[:index]:
+            problems.append((where, f"{feature!r} is listed twice", "list each feature once"))
+        elif known is not None and feature not in known:
+            problems.append(
+                (
+                    where,
+                    f"{feature!r} is not a feature of {target.machine} CPUs",
+                    f"use one of: {', '.join(known)}",
+                )
+            )
+    return problems
 
 
 def loads_code(name: str) -> bool:

@@ -87,6 +87,37 @@ class CudaInfo:
 
 
 @attrs.frozen
+class CpuInfo:
+    """The CPU as the kernel reports it (``/proc/cpuinfo``): its model, the x86-64 psABI level
+    its flags reach (x86-64 only) and the instruction-set features kvenv tracks
+    (:mod:`kvenv.model.cpuisa`), in the kernel's spelling."""
+
+    arch: NonEmpty
+    model: str | None = None
+    level: str | None = None
+    features: list[str] = attrs.field(factory=list)
+
+
+@attrs.frozen
+class LibraryInfo:
+    """The shared libraries (by file name, as a ``DT_NEEDED`` entry names them) the host
+    provides: ``system``, what the dynamic loader's cache lists (``ldconfig -p``); ``packages``,
+    those installed by torch and the ``nvidia-*`` distributions, per distribution."""
+
+    system: list[str] | None = None
+    packages: dict[str, list[str]] = attrs.field(factory=dict)
+
+    def provides(self, soname: str) -> str | None:
+        """Who provides ``soname`` (``system`` or a distribution's name), or None."""
+        for name, files in self.packages.items():
+            if soname in files:
+                return name
+        if self.system is not None and soname in self.system:
+            return "system"
+        return None
+
+
+@attrs.frozen
 class HostSnapshot:
     schema: Literal[1]
     python: PythonInfo
@@ -96,6 +127,9 @@ class HostSnapshot:
     driver: DriverInfo | None = None
     gpus: list[GpuInfo] = attrs.field(factory=list)
     cuda: CudaInfo | None = None
+    # Recorded since issue 24; older snapshots lack them (None: not known, never "none").
+    cpu: CpuInfo | None = None
+    libraries: LibraryInfo | None = None
     is_kaggle: bool = False
     taken_at: str | None = None
     source: Literal["probe", "recorded"] = "probe"

@@ -265,6 +265,35 @@ def lock_findings(
     return out
 
 
+def linkage_findings(
+    loaded: LoadedProfile, lockfile: LockFile, host: HostSnapshot, *, strict: bool = False
+) -> list[PlanFinding]:
+    """What the native wheel's shared objects link, as the lock records it, held against the
+    target and ``host`` (:mod:`kvenv.probe.linkage`); nothing without a native wheel or when
+    the lock is another wheel's (the "lock native" finding says so)."""
+    from kvenv.probe.linkage import SharedObject, check_linkage
+
+    native = loaded.profile.native
+    entry = lockfile.kvenv.native
+    if native is None or (entry.sha256, entry.version) != (native.sha256, native.version):
+        return []
+    objects = (
+        None
+        if entry.linkage is None
+        else [SharedObject(o.path, tuple(o.needed), o.soname) for o in entry.linkage]
+    )
+    findings = check_linkage(
+        objects,
+        native=f"{native.name} {native.version}",
+        target=loaded.profile.target,
+        host=host,
+        declared=native.provided_libs or (),
+        overlay=entry.overlay_provides or (),
+        strict=strict,
+    )
+    return [_finding(f) for f in findings]
+
+
 def drift_context(loaded: LoadedProfile, lockfile: LockFile | None) -> DriftContext:
     """What host drift is judged against (:mod:`kvenv.probe.drift`): the profile's target and
     snapshot, and the requirements its lock leaves to the host (those of the native wheel and
@@ -329,6 +358,7 @@ def make_plan(
         findings.append(tag)
     if lock is not None:
         findings.extend(lock_findings(loaded, lock.lockfile, recorded, strict=strict))
+        findings.extend(linkage_findings(loaded, lock.lockfile, host, strict=strict))
     if recorded is not None and profile.target is not None:
         from kvenv.probe.drift import drift_findings
 

@@ -19,7 +19,8 @@ from typing import Literal
 import attrs
 from packaging.utils import canonicalize_name
 
-from kvenv.model.profile import Gpu, Profile, Target
+from kvenv.model import cpuisa
+from kvenv.model.profile import Gpu, Profile, Target, TargetCpu
 from kvenv.model.snapshot import DriverInfo, GpuInfo, HostSnapshot
 
 Status = Literal["pass", "warning", "error", "untested"]
@@ -119,6 +120,8 @@ def check_host(
     findings += _driver(c, target, host)
     if target.gpu is not None:
         findings.append(_nccl(c, host, recorded))
+    if target.cpu is not None:
+        findings += _cpu(c, target.cpu, host)
     return findings
 
 
@@ -272,6 +275,50 @@ def _torch(c: _Checker, target: Target, host: HostSnapshot) -> Iterator[Finding]
             "no",
             "check the driver, libcuda and CUDA_VISIBLE_DEVICES",
         )
+
+
+def _cpu(c: _Checker, want: TargetCpu, host: HostSnapshot) -> Iterator[Finding]:
+    """The CPU features the native wheel needs: missing ones are errors even without
+    ``strict`` (the code dies with an illegal instruction), unknown ones untested."""
+    cpu = host.cpu
+    fix_snapshot = "take the snapshot on the host with `kvenv fingerprint --save PATH`"
+    if cpu is None:
+        if want.level is not None:
+            yield c.untested("CPU level", "the host snapshot does not record the CPU", fix_snapshot)
+        if want.features:
+            yield c.untested(
+                "CPU features", "the host snapshot does not record the CPU", fix_snapshot
+            )
+        return
+    model = cpu.model or "this CPU"
+    if want.level is not None:
+        if cpu.level is not None and cpuisa.level_number(cpu.level) >= cpuisa.level_number(
+            want.level
+        ):
+            yield c.ok("CPU level", f"{cpu.level} ({model}; at least {want.level})")
+        else:
+            yield Finding(
+                "CPU level",
+                "error",
+                f"CPU level: the native wheel needs {want.level}; {model} is "
+                f"{cpu.level or 'below x86-64-v1'}",
+                f"run on a CPU of {want.level} or newer, or use a native wheel (and profile) "
+                f"built for {cpu.level or 'this CPU'}",
+            )
+    if not want.features:
+        return
+    missing = [f for f in want.features if f not in cpu.features]
+    if not missing:
+        yield c.ok("CPU features", f"{', '.join(want.features)} ({model})")
+        return
+    yield Finding(
+        "CPU features",
+        "error",
+        f"CPU features: the native wheel needs {', '.join(want.features)}; {model} lacks "
+        f"{', '.join(missing)}",
+        f"run on a CPU with {', '.join(missing)}, or use a native wheel (and profile) built "
+        "without them",
+    )
 
 
 def _no_gpu_reason(host: HostSnapshot) -> str:

@@ -30,7 +30,7 @@ from kvenv.model.snapshot import (
     snapshot_from_dict,
     snapshot_to_dict,
 )
-from kvenv.probe import cuda, dists, kaggle, nvidia, pyinfo, system, torchinfo
+from kvenv.probe import cpu, cuda, dists, kaggle, libs, nvidia, pyinfo, system, torchinfo
 from kvenv.probe.effects import Effects, live
 from kvenv.probe.pyinfo import Interpreter
 
@@ -114,6 +114,7 @@ def build_snapshot(
         all_notes += more
     gpus = nvidia.probe_gpus(effects)
     all_notes += gpus.notes
+    cpu_info = cpu.probe_cpu(effects, machine=interp.machine)
     snapshot = HostSnapshot(
         schema=1,
         python=python,
@@ -125,6 +126,8 @@ def build_snapshot(
         driver=gpus.driver,
         gpus=list(gpus.gpus),
         cuda=cuda.probe_cuda(effects),
+        cpu=cpu_info,
+        libraries=libs.probe_libraries(effects, found),
         is_kaggle=kaggle.is_kaggle(effects),
         taken_at=now.isoformat(timespec="seconds") if now else None,
         source="probe",

@@ -14,7 +14,8 @@ A host snapshot (:func:`kvenv.probe.host.take_snapshot`) is a function of three 
   distribution adds or removes a ``*.dist-info`` entry, which changes its directory's mtime;
 - every read made through :class:`kvenv.probe.effects.Effects`: each environment variable
   read (by the sha256 of its value; the masking of secrets by the sha256 of the secret
-  values), each file read (by the sha256 of its bytes, read again), each existence test and
+  values), each file read (by the sha256 of its bytes, read again; ``/proc/cpuinfo`` by its
+  model and feature lines, a ``RECORD`` by its stat identity), each existence test and
   ``which``, the C library, and each program run. A program's answer is read again by running
   it, except ``ldconfig -p`` (a function of its binary and ``/etc/ld.so.cache``) and
   ``nvcc --version`` (a function of its binary), which are kept by the identity of those
@@ -35,7 +36,7 @@ import sys
 from collections.abc import Iterator, Mapping
 from typing import Any
 
-from kvenv._util.identity import small_sha256, stamp
+from kvenv._util.identity import small_sha256, stamp, stat_identity
 from kvenv._util.smallhash import sha256_hex
 
 MEMO_VERSION = 1
@@ -46,6 +47,32 @@ _PURE_RUNS: dict[tuple[str, tuple[str, ...]], tuple[str, ...]] = {
 }
 
 Read = list[Any]  # [kind, argument, answer digest]
+
+# /proc/cpuinfo changes at every read (clock speeds); only what the CPU probe keeps identifies
+# it. A distribution's RECORD (the libraries probe reads torch's, a megabyte or two) is
+# written anew by every install, so its stat identity stands for its bytes.
+_CPUINFO = "/proc/cpuinfo"
+_CPUINFO_KEYS = frozenset({"model name", "flags", "features", "cpu implementer", "cpu part"})
+_RECORD = ".dist-info/RECORD"
+
+
+def cpuinfo_digest(text: str) -> str:
+    """The digest of what the CPU probe reads of a ``/proc/cpuinfo`` text (its model and
+    feature lines), the same however the clock speeds moved."""
+    kept = [
+        line
+        for line in text.splitlines()
+        if line.partition(":")[0].strip().lower() in _CPUINFO_KEYS
+    ]
+    return sha256_hex("\n".join(kept).encode("utf-8", "surrogateescape"))
+
+
+def _cpuinfo_digest() -> str | None:
+    try:
+        with open(_CPUINFO, encoding="utf-8", errors="replace") as stream:
+            return cpuinfo_digest(stream.read())
+    except OSError:
+        return None
 
 
 def _digest(value: object) -> str:
@@ -110,7 +137,13 @@ def watched(effects: Any, reads: list[Read]) -> Any:
     from kvenv.probe.effects import Effects
 
     def read_text(path: str) -> str | None:
-        reads.append(["read", path, small_sha256(path)])  # before: a change after is seen
+        # before the read: a change after it is seen
+        if path == _CPUINFO:
+            reads.append(["cpuinfo", path, _cpuinfo_digest()])
+        elif path.endswith(_RECORD):
+            reads.append(["read-stat", path, stat_identity(path)])
+        else:
+            reads.append(["read", path, small_sha256(path)])
         return effects.read_text(path)  # type: ignore[no-any-return]
 
     def exists(path: str) -> bool:
@@ -178,6 +211,10 @@ def _replay(read: Read) -> bool:
         return _digest(sorted(os.environ.items())) == answer
     if kind == "read":
         return small_sha256(argument) == answer
+    if kind == "read-stat":
+        return stat_identity(argument) == answer
+    if kind == "cpuinfo":
+        return _cpuinfo_digest() == answer
     if kind == "exists":
         return os.path.exists(argument) == answer
     if kind == "is_dir":

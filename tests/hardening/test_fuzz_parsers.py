@@ -23,6 +23,14 @@ import tomli_w
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from kvenv._util.elf import (
+    MAX_DYNAMIC,
+    MAX_NAME,
+    MAX_NEEDED,
+    MAX_PHENTSIZE,
+    MAX_PHNUM,
+    read_dynamic,
+)
 from kvenv._util.jsonio import loads_json
 from kvenv._util.nesting import MAX_DEPTH, TooDeep
 from kvenv._util.resources import data_dir
@@ -34,6 +42,7 @@ from kvenv.lock.pylock import parse_lock
 from kvenv.model.snapshot import snapshot_from_dict
 from kvenv.probe.nvidia import parse_banner, parse_proc_version, parse_query, parse_sys_version
 from kvenv.runtime.safetensors_header import HeaderError, parse_header
+from tests.support.elfobjects import synthetic_elf
 from tests.support.hardening import record_figures
 from tests.support.profiles import loads_profile
 from tests.support.safetensors_files import header_bytes
@@ -252,8 +261,47 @@ def fuzz_nesting(data: st.DataObject) -> None:
         assert depth <= MAX_DEPTH
 
 
+ELF_NAMES = st.lists(
+    st.from_regex(r"lib[a-z0-9_]{1,8}\.so(\.[0-9]{1,2})?", fullmatch=True), max_size=4
+)
+
+
+def fuzz_elf(data: st.DataObject) -> None:
+    """The ELF dynamic-section reader: a shared object, random or a valid one with random
+    bytes and header fields overwritten, gives its facts, None (not ELF) or an ElfError; and
+    it never asks for more than its bounds allow, whatever the headers claim."""
+    _count("elf-dynamic")
+    if data.draw(st.booleans()):
+        raw = bytearray(b"\x7fELF" + data.draw(st.binary(max_size=300)))
+    else:
+        raw = bytearray(
+            synthetic_elf(
+                data.draw(ELF_NAMES),
+                data.draw(st.none() | st.just("libself.so.1")),
+                bits=data.draw(st.sampled_from([32, 64])),
+                order=data.draw(st.sampled_from(["<", ">"])),
+            )
+        )
+        for _ in range(data.draw(st.integers(1, 4))):
+            at = data.draw(st.integers(0, len(raw) - 1))
+            width = data.draw(st.sampled_from([1, 2, 4, 8]))
+            value = data.draw(st.integers(0, (1 << (8 * width)) - 1))
+            raw[at : at + width] = value.to_bytes(width, "little")[: len(raw) - at]
+    asked = [0]
+
+    def read_at(offset: int, size: int) -> bytes:
+        asked[0] += size
+        return bytes(raw[offset : offset + size]) if offset >= 0 else b""
+
+    _accepting(lambda: read_dynamic(read_at))
+    # headers, the program headers, the dynamic segment, one bounded read per name: ~6 MiB
+    limit = 16 + 64 + MAX_PHNUM * MAX_PHENTSIZE + MAX_DYNAMIC + (MAX_NEEDED + 1) * MAX_NAME
+    assert asked[0] <= limit
+
+
 FUZZERS: dict[str, Callable[[st.DataObject], None]] = {
     "nesting": fuzz_nesting,
+    "elf-dynamic": fuzz_elf,
     "profile": fuzz_profile,
     "host-snapshot": fuzz_snapshot,
     "pylock": fuzz_lock,

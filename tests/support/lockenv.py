@@ -172,6 +172,9 @@ class _Handler(BaseHTTPRequestHandler):
     hashes: bool = True
     upload_times: Mapping[str, str] = {}
     on_request: Callable[[str], None] | None = None
+    etags: bool = True  # project pages carry an ETag; a matching If-None-Match gets a 304
+    sha256_override: str | None = None  # the sha256 every page publishes (an impostor index)
+    log: list[tuple[str, int]] | None = None  # (path, status) of every answer
 
     def log_message(self, format: str, *args: Any) -> None:
         return
@@ -179,6 +182,8 @@ class _Handler(BaseHTTPRequestHandler):
     def _send(
         self, status: int, body: bytes, content_type: str, extra: Mapping[str, str] = {}
     ) -> None:
+        if self.log is not None:
+            self.log.append((self.path, status))
         self.send_response(status)
         self.send_header("Content-Type", content_type)
         self.send_header("Content-Length", str(len(body)))
@@ -219,7 +224,7 @@ class _Handler(BaseHTTPRequestHandler):
                 entry: dict[str, Any] = {
                     "filename": wheel.name,
                     "url": f"/files/{wheel.name}",
-                    "hashes": {"sha256": sha256_of(wheel)} if self.hashes else {},
+                    "hashes": {"sha256": self._sha256(wheel)} if self.hashes else {},
                     "size": wheel.stat().st_size,
                     "upload-time": self.upload_times.get(wheel.name, "2025-01-01T00:00:00Z"),
                 }
@@ -228,10 +233,10 @@ class _Handler(BaseHTTPRequestHandler):
                     entry["core-metadata"] = {"sha256": digest}
                 files.append(entry)
             body = json.dumps({"meta": {"api-version": "1.1"}, "name": project, "files": files})
-            return self._send(200, body.encode(), "application/vnd.pypi.simple.v1+json")
+            return self._page(body.encode(), "application/vnd.pypi.simple.v1+json")
         links = []
         for wheel in wheels:
-            frag = f"#sha256={sha256_of(wheel)}" if self.hashes else ""
+            frag = f"#sha256={self._sha256(wheel)}" if self.hashes else ""
             attrs = ""
             if self.pep658:
                 digest = hashlib.sha256(_metadata(wheel)).hexdigest()
@@ -240,7 +245,19 @@ class _Handler(BaseHTTPRequestHandler):
                 f'<a href="/files/{html.escape(wheel.name)}{frag}"{attrs}>{wheel.name}</a>'
             )
         body = "<!DOCTYPE html><html><body>" + "<br>".join(links) + "</body></html>"
-        self._send(200, body.encode(), "text/html")
+        self._page(body.encode(), "text/html")
+
+    def _sha256(self, wheel: Path) -> str:
+        return self.sha256_override or sha256_of(wheel)
+
+    def _page(self, body: bytes, content_type: str) -> None:
+        """A project page, with an ETag of its bytes and form; 304 when the client has it."""
+        if not self.etags:
+            return self._send(200, body, content_type)
+        etag = '"' + hashlib.sha256(content_type.encode() + b"\n" + body).hexdigest()[:16] + '"'
+        if self.headers.get("If-None-Match") == etag:
+            return self._send(304, b"", content_type, {"ETag": etag})
+        self._send(200, body, content_type, {"ETag": etag})
 
     def _file(self, filename: str) -> None:
         if filename.endswith(".metadata"):
@@ -272,9 +289,14 @@ def serve_index(
     pep658: bool = True,
     hashes: bool = True,
     on_request: Callable[[str], None] | None = None,
+    etags: bool = True,
+    sha256_override: str | None = None,
+    log: list[tuple[str, int]] | None = None,
 ) -> Iterator[str]:
     """Serve ``house`` as a simple index on 127.0.0.1; yields the index URL. ``on_request``
-    sees each request's path first (from the server's threads, so it may block one)."""
+    sees each request's path first (from the server's threads, so it may block one); ``log``
+    receives each answer's path and status. Project pages are PEP 691 JSON when asked for it
+    (``json_api``), else PEP 503 HTML, with an ETag (``etags``) honoured by a 304."""
     handler = type(
         "Handler",
         (_Handler,),
@@ -284,6 +306,9 @@ def serve_index(
             "pep658": pep658,
             "hashes": hashes,
             "on_request": staticmethod(on_request) if on_request else None,
+            "etags": etags,
+            "sha256_override": sha256_override,
+            "log": log,
         },
     )
     server = ThreadingHTTPServer(("127.0.0.1", 0), handler)

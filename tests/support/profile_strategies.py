@@ -17,7 +17,7 @@ from typing import Any, Literal, get_args, get_origin
 import attrs
 from hypothesis import strategies as st
 
-from kvenv.model import fields
+from kvenv.model import cpuisa, fields
 from kvenv.model.loading import canonicalize_name
 from kvenv.model.profile import HfSource, IndexSource, Profile
 
@@ -86,6 +86,11 @@ def _repair(profile: Profile) -> Profile:
     if target is not None and target.implementation == "cpython":
         abi = "cp" + target.python_version.replace(".", "")
         target = attrs.evolve(target, abi=fields.NonEmpty(abi))
+    if target is not None and target.cpu is not None:
+        known = cpuisa.ARCHES.get(target.machine)
+        features = [f for f in dict.fromkeys(target.cpu.features) if known is None or f in known]
+        level = target.cpu.level if known in (None, cpuisa.X86_FEATURES) else None
+        target = attrs.evolve(target, cpu=attrs.evolve(target.cpu, level=level, features=features))
     runtime = profile.runtime
     tp = runtime.tensor_parallel_size
     if target is not None and target.gpu is not None and tp is not None:
@@ -96,6 +101,9 @@ def _repair(profile: Profile) -> Profile:
     protected = list({canonicalize_name(n): n for n in profile.host.protected}.values())
     if native is not None:
         protected = [n for n in protected if canonicalize_name(n) != canonicalize_name(native.name)]
+        if native.provided_libs is not None:
+            libs = [x for x in native.provided_libs if "/" not in x and x.strip() == x]
+            native = attrs.evolve(native, provided_libs=list(dict.fromkeys(libs)))
         source = native.source
         if isinstance(source, (HfSource, IndexSource)) and source.filename is not None:
             wheel = f"{native.name.replace('-', '_')}-{native.version}-py3-none-any.whl"

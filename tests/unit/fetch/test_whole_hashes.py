@@ -35,12 +35,23 @@ def finder(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(unearth, "PackageFinder", _Finder)
 
 
-@pytest.mark.usefixtures("finder")
-def test_index_serving_another_hash_shows_both_whole() -> None:
-    from kvenv.fetch.index import locate_wheel
+def test_index_serving_another_hash_shows_both_whole(tmp_path: Any) -> None:
+    """A loopback index whose page publishes ``SERVED`` for the pinned file name."""
+    from kvenv._util.urls import allow_loopback_http
+    from kvenv.fetch.locate import Locator
+    from kvenv.lock.cache import IndexCache
+    from tests.support.lockenv import serve_index
+    from tests.support.wheels import build_wheel
 
-    with pytest.raises(IntegrityError) as info:
-        locate_wheel("helper", FILENAME, PINNED, index_urls=["https://index.invalid/simple"])
+    built = build_wheel(tmp_path / "house", "helper", "2.0")
+    assert built.name == FILENAME
+    with serve_index(tmp_path / "house", sha256_override=SERVED) as url, allow_loopback_http():
+        locator = Locator([url], [], IndexCache(tmp_path / "cache"))
+        try:
+            with pytest.raises(IntegrityError) as info:
+                locator.locate("helper", FILENAME, PINNED)
+        finally:
+            locator.close()
     text = info.value.render()
     assert PINNED in text and SERVED in text and "…" not in text
 
@@ -61,7 +72,9 @@ def test_an_unreachable_index_is_a_clear_error_not_a_traceback(tmp_path: Any) ->
     import socket
 
     from kvenv._util.urls import allow_loopback_http
-    from kvenv.fetch.index import find_on_index, locate_wheel
+    from kvenv.fetch.index import find_on_index
+    from kvenv.fetch.locate import Locator
+    from kvenv.lock.cache import IndexCache
 
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
@@ -71,8 +84,12 @@ def test_an_unreachable_index_is_a_clear_error_not_a_traceback(tmp_path: Any) ->
     with allow_loopback_http():
         with pytest.raises(FetchError) as found:
             find_on_index("helper", "2.0", PINNED, source)
-        with pytest.raises(FetchError) as located:
-            locate_wheel("helper", FILENAME, PINNED, index_urls=[url])
+        locator = Locator([url], [], IndexCache(tmp_path / "cache"))
+        try:
+            with pytest.raises(FetchError) as located:
+                locator.locate("helper", FILENAME, PINNED)
+        finally:
+            locator.close()
     for info in (found, located):
         text = info.value.render()
         assert f"127.0.0.1:{port}" in text and "s3cret" not in text, text

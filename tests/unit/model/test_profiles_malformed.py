@@ -145,7 +145,7 @@ CASES = [
     Case("cache-traversal", put("paths.cache", "/kaggle/../etc"), "$.paths.cache", "traversal"),
     # unknown keys at every level
     Case("unknown-top", put("colour", "blue"), "$", "unknown key(s): colour"),
-    Case("unknown-target", put("target.cpu", "x"), "$.target", "unknown key(s): cpu"),
+    Case("unknown-target", put("target.arch", "x"), "$.target", "unknown key(s): arch"),
     Case("unknown-gpu", put("target.gpu.vram", 16), "$.target.gpu", "unknown key(s): vram"),
     Case("unknown-host", put("host.extra", []), "$.host", "unknown key(s): extra"),
     Case("unknown-waiver", put("host.waivers", [{"name": "x", "reason": "r", "why": "?"}]),
