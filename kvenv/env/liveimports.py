@@ -205,7 +205,9 @@ def check_live_imports(manifest: Manifest, *, strict: bool = False) -> list[Load
 
     level = _caller_level()
     for clash in clashes:
-        warnings.warn(f"{clash.message()}. Fix: {RESTART_FIX}.", AlreadyImportedWarning, stacklevel=level)
+        warnings.warn(
+            f"{clash.message()}. Fix: {RESTART_FIX}.", AlreadyImportedWarning, stacklevel=level
+        )
     return clashes
 
 
