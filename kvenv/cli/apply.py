@@ -157,14 +157,10 @@ def register(sub: Any) -> None:
 
 
 def _load(args: argparse.Namespace) -> tuple[LoadedProfile, Locations]:
-    from kvenv.model.loading import load_profile
-    from kvenv.model.locations import resolve_locations
+    from kvenv.env.place import find_place  # the one resolver (docs/places.md)
 
-    loaded = load_profile(args.profile)
-    locations = resolve_locations(loaded.profile, root=args.root, cache=args.cache)
-    from kvenv.env.placecheck import refuse_file_places
-
-    refuse_file_places(locations)  # a root or cache that is a file: fixed where it was set
+    place = find_place(args.profile, root=args.root, cache=args.cache)
+    loaded, locations = place.loaded, place.locations
     on_success = getattr(args, "on_success", None)
     if on_success is not None:  # recorded for the start-up paths once the command succeeded
         on_success.append(lambda: remember_profile(loaded, args))
@@ -186,20 +182,20 @@ def host_python(args: argparse.Namespace, loaded: LoadedProfile) -> HostPython:
     """The host interpreter for this command: ``--python``, ``$KVENV_PYTHON``, the profile's
     ``[host] python``, the active environment, ``python3`` on PATH, else kvenv's own (with a
     note on stderr). The same rule for plan, apply, verify, status and doctor."""
-    import os
+    from kvenv.env.place import host_python_of
 
-    from kvenv.probe.interpreter import resolve_host_python
-
-    path = loaded.host_python_path
-    host = resolve_host_python(
-        flag=getattr(args, "python", None),
-        environ=os.environ,
-        profile_value=str(path) if path is not None else None,
-        profile_file=str(loaded.path),
-    )
+    host = host_python_of(loaded, getattr(args, "python", None))
     if host.note:
         err(f"note: {host.note}")
     return host
+
+
+def _memo(args: argparse.Namespace) -> Path:
+    """The user's own cache directory, where memos go (:func:`kvenv.model.facts.memo_dir`):
+    never a profile's ``[paths] cache``, so the pure commands write nothing there."""
+    from kvenv.model.facts import memo_dir
+
+    return memo_dir(getattr(args, "cache", None))
 
 
 def _host(
@@ -210,8 +206,8 @@ def _host(
 ) -> HostSnapshot:
     """The host snapshot: a file when given, else one probe of the host interpreter (in
     process only when it is kvenv's own; another interpreter's own facts are memoized under
-    ``cache`` while its files are unchanged). With ``recorder``, the probe's reads are kept
-    there too (the live host's identity: :mod:`kvenv.probe.hostmemo`)."""
+    ``cache``, the user's memo directory, while its files are unchanged). With ``recorder``,
+    the probe's reads are kept there too (the live host's identity: :mod:`kvenv.probe.hostmemo`)."""
     from pathlib import Path
 
     if snapshot:
@@ -314,7 +310,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
     plan = plan_apply(
         loaded,
         profile_lock(loaded),
-        _host(args.host, python, locations.cache, None if args.host else recorder),
+        _host(args.host, python, _memo(args), None if args.host else recorder),
         locations,
         strict=args.strict,
         recorded=_recorded(loaded),
@@ -421,7 +417,7 @@ def cmd_apply(args: argparse.Namespace) -> int:
         recorder = Recorder("apply", args, loaded, locations)  # the root, before it is read
         if not os.path.lexists(locations.root):  # what a new root's generation depends on
             made_new = GenerationRecorder(args, loaded, locations)
-    host = functools.cache(lambda: _host(None, python, locations.cache, recorder))
+    host = functools.cache(lambda: _host(None, python, _memo(args), recorder))
     recorded = functools.cache(lambda: _recorded(loaded))
     # A bundle, already checked above (its unchanged files by their seals), may be a no-op too.
     if quick:
@@ -596,7 +592,7 @@ def cmd_activate(args: argparse.Namespace) -> int:
     if root is not None and getattr(args, "on_success", None) is not None:
         from kvenv.env.plainstate import vouch
 
-        where, cache, accepted = root, locations.cache, path  # the start-up path may use
+        where, cache, accepted = root, _memo(args), path  # the start-up path may use
         args.on_success.append(lambda: vouch(where, cache, accepted))  # these bytes next time
     activation = activation_for(manifest)
     sys.stdout.write(render(activation, shell, manifest_path=str(path)))
@@ -687,7 +683,7 @@ def cmd_verify(args: argparse.Namespace) -> int:
             hint="run `{kvenv apply}` first",
         )
     python = host_python(args, loaded)
-    host = _host(None, python, locations.cache)
+    host = _host(None, python, _memo(args))
     drifts = verify(manifest, host, locations=locations)
     drifts += verify_activation(manifest, loaded, host)
     if args.json:

@@ -1,12 +1,21 @@
-"""Cache commands: ``kvenv cache verify``, ``prune`` and ``clean``."""
+"""Cache commands: ``kvenv cache verify``, ``prune`` and ``clean``.
+
+Which cache: a named profile's (``--cache``, ``$KVENV_CACHE_DIR``, its ``[paths] cache``, the
+user cache: the one its ``apply`` uses); with no profile named (and no ``$KVENV_PROFILE``), the
+default cache every profile without ``[paths] cache`` shares (``--cache``, ``$KVENV_CACHE_DIR``,
+the user cache), not the default profile's. ``-v`` says which and why; a cache directory that
+does not exist is said to, never reported as "no damage found"."""
 
 from __future__ import annotations
 
 import argparse
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from kvenv.cli._io import emit_json, out
 from kvenv.cli.exitcodes import EXIT_CHECK_FAILED, EXIT_OK
+
+if TYPE_CHECKING:
+    from kvenv.model.locations import Locations
 
 
 def register(sub: Any) -> None:
@@ -26,7 +35,10 @@ def register(sub: Any) -> None:
     ):
         p = verbs.add_parser(name, help=text, description=text)
         p.add_argument(
-            "profile", nargs="?", metavar="PROFILE", help="whose cache (default profile)"
+            "profile",
+            nargs="?",
+            metavar="PROFILE",
+            help="whose cache (default: $KVENV_PROFILE's, else the default cache)",
         )
         p.add_argument(
             "--cache",
@@ -40,12 +52,63 @@ def register(sub: Any) -> None:
         p.set_defaults(func=cmd_cache)
 
 
-def cmd_cache(args: argparse.Namespace) -> int:
-    from kvenv.model.loading import load_profile
-    from kvenv.model.locations import resolve_locations
+def _locations(args: argparse.Namespace) -> Locations:
+    """The cache this command acts on (see the module docstring), said under ``-v``."""
+    import os
 
-    loaded = load_profile(args.profile)
-    locations = resolve_locations(loaded.profile, cache=args.cache)
+    from kvenv.cli._io import detail
+    from kvenv.model.locations import Locations
+    from kvenv.model.places import ENV_DEFAULT, choose_places
+
+    if args.profile is not None or os.environ.get(ENV_DEFAULT):
+        from kvenv.env.place import find_place
+
+        place = find_place(args.profile, cache=args.cache)
+        loaded, locations = place.loaded, place.locations
+        detail(f"profile {loaded.profile.name}: {loaded.path} ({loaded.origin})")
+    else:
+        root, root_from, cache, cache_from = choose_places(
+            "",
+            root=None,
+            cache=args.cache,
+            configured_root=None,
+            configured_cache=None,
+            environ=os.environ,
+        )
+        locations = Locations(root, cache, root_from, cache_from)
+        detail("no profile named: the default cache, shared by every profile without one")
+    detail(f"cache: {locations.cache} (from {locations.cache_from})")
+    return locations
+
+
+def _missing(args: argparse.Namespace, locations: Locations) -> int | None:
+    """When the cache directory does not exist: say so (verify: exit 2, nothing to check);
+    else None."""
+    from kvenv.errors import InputError
+
+    if locations.cache.is_dir():
+        return None
+    what = f"cache {locations.cache} (from {locations.cache_from}) does not exist"
+    if args.cache_command == "verify":
+        raise InputError(
+            f"{what}: nothing to verify",
+            hint="name the cache an apply used: `kvenv cache verify PROFILE` or --cache DIR "
+            "(`kvenv apply -v` says which cache it uses)",
+        )
+    if args.json:
+        emit_json(
+            {"cache": str(locations.cache), "dry_run": args.dry_run, "damaged": [], "removed": []}
+        )
+    else:
+        out(f"{what}: nothing to remove")
+    return EXIT_OK
+
+
+def cmd_cache(args: argparse.Namespace) -> int:
+    locations = _locations(args)
+    missing = _missing(args, locations)
+    if missing is not None:
+        return missing
     if args.cache_command == "verify":
         from kvenv.cli.hints import fix_command
         from kvenv.env.integrity import cache_damage

@@ -86,7 +86,7 @@ def _activated(args: argparse.Namespace) -> dict[str, str]:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    from kvenv.env.runenv import exec_command
+    from kvenv.env.runenv import exec_command, with_host_python
     from kvenv.errors import UsageError
 
     if not args.argv:
@@ -94,7 +94,9 @@ def cmd_run(args: argparse.Namespace) -> int:
             "no command given" if args.argv is not None else "the command must follow `--`",
             hint="kvenv run [PROFILE] -- CMD [ARGS...], e.g. `kvenv run -- python -V`",
         )
-    exec_command(args.argv, _activated(args), getattr(args, "on_success", ()))
+    environ = _activated(args)
+    argv = with_host_python(args.argv, environ)  # python: the generation's host interpreter
+    exec_command(argv, environ, getattr(args, "on_success", ()))
 
 
 def cmd_shell(args: argparse.Namespace) -> int:

@@ -143,17 +143,15 @@ def cluster_profile(profile: str | None, cache: str | None) -> str | None:
 
 
 def _load(spec: NodeSpec) -> tuple[LoadedProfile, Locations, BundleInfo | None]:
-    from kvenv.model.loading import load_profile
-    from kvenv.model.locations import resolve_locations
+    from kvenv.env.place import find_place
 
     bundle = _bundle(spec, node_cache(spec.cache))
     if bundle is not None and spec.profile is None:
         profile: str | None = str(bundle.profile_path)
     else:
         profile = cluster_profile(spec.profile, spec.cache)
-    loaded = load_profile(profile)
-    locations = resolve_locations(loaded.profile, root=spec.root, cache=spec.cache)
-    return loaded, locations, bundle
+    place = find_place(profile, root=spec.root, cache=spec.cache)
+    return place.loaded, place.locations, bundle
 
 
 def _plan(loaded: LoadedProfile, locations: Locations, spec: NodeSpec, python: str) -> Plan:

@@ -39,13 +39,12 @@ def local_generation(profile: str | None, root: str | None = None) -> tuple[str,
     """(digest, activation env) of the generation applied on this machine for ``profile``."""
     from kvenv.cluster.identity import generation_digest
     from kvenv.cluster.ops import cluster_profile
-    from kvenv.env.root import check_owner, current_manifest, owner_of
-    from kvenv.model.loading import load_profile
-    from kvenv.model.locations import resolve_locations
+    from kvenv.env.place import find_place
+    from kvenv.env.root import current_manifest
 
-    loaded = load_profile(cluster_profile(profile, None))
-    locations = resolve_locations(loaded.profile, root=root)
-    check_owner(locations.root, owner_of(loaded))
+    place = find_place(cluster_profile(profile, None), root=root)
+    loaded, locations = place.loaded, place.locations
+    place.check_owner()
     manifest = current_manifest(locations.root)
     if manifest is None:
         raise RuntimeNotReady(
@@ -77,16 +76,15 @@ def activate_worker() -> None:
     from kvenv.cluster.identity import generation_digest
     from kvenv.env.activation import activate_in_process
     from kvenv.env.manifest import read_manifest
-    from kvenv.env.root import current_manifest_path
-    from kvenv.model.loading import load_profile
-    from kvenv.model.locations import resolve_locations
+    from kvenv.env.place import find_place
 
     expected = os.environ.get(EXPECT_ENV)
     from kvenv.cluster.ops import cluster_profile
 
-    loaded = load_profile(cluster_profile(os.environ.get(PROFILE_ENV) or None, None))
-    locations = resolve_locations(loaded.profile, root=os.environ.get(ROOT_ENV) or None)
-    path = current_manifest_path(locations.root)
+    profile = cluster_profile(os.environ.get(PROFILE_ENV) or None, None)
+    place = find_place(profile, root=os.environ.get(ROOT_ENV) or None)
+    locations = place.locations
+    path = place.current_manifest_path()
     if path is None:
         raise RuntimeNotReady(
             f"nothing is applied in {locations.root} on this node",

@@ -152,10 +152,15 @@ def activation_for(manifest: Manifest, host: HostSnapshot | None = None) -> Acti
     check_not_shadowing(
         (Path(manifest.dirs.overlay), Path(manifest.dirs.native)), manifest.protected
     )
-    activation = manifest.activation
-    if host is not None:
-        import attrs
+    import attrs
 
+    from kvenv.env.shellrender import path_with_interpreter
+
+    activation = manifest.activation
+    path = path_with_interpreter(activation.path, manifest.python)
+    if path != activation.path:
+        activation = attrs.evolve(activation, path=path)
+    if host is not None:
         activation = attrs.evolve(activation, ld_library_path=host_library_dirs(host))
     return activation
 
@@ -252,8 +257,16 @@ class ShellHook:
 
 
 def shim_texts(locations: Locations, manifest: Manifest) -> dict[Path, str]:
-    """``<root>/activate.{sh,fish,ps1}`` and their text for the generation of ``manifest``."""
-    return shim_texts_for(locations.root, manifest.generation, manifest.activation)
+    """``<root>/activate.{sh,fish,ps1}`` and their text for the generation of ``manifest``
+    (its activation as :func:`activation_for` gives it: the host interpreter's directory on
+    ``PATH``)."""
+    import attrs
+
+    from kvenv.env.shellrender import path_with_interpreter
+
+    path = path_with_interpreter(manifest.activation.path, manifest.python)
+    activation = attrs.evolve(manifest.activation, path=path)
+    return shim_texts_for(locations.root, manifest.generation, activation)
 
 
 def shims_current(locations: Locations, manifest: Manifest) -> bool:
@@ -289,21 +302,17 @@ def locate_manifest(
 ) -> Path | None:
     """The manifest to activate: the argument, ``$KVENV_MANIFEST``, else the current
     generation of the profile's runtime root. None when nothing was applied."""
-    from kvenv.env.root import current_manifest_path
     from kvenv.model.locations import ENV_MANIFEST
 
     if manifest is not None:
         return Path(manifest)
     if profile is None and root is None and os.environ.get(ENV_MANIFEST):
         return Path(os.environ[ENV_MANIFEST])
-    from kvenv.env.root import check_owner, owner_of
-    from kvenv.model.loading import load_profile
-    from kvenv.model.locations import resolve_locations
+    from kvenv.env.place import find_place  # the CLI's resolver (docs/places.md)
 
-    loaded = load_profile(profile)
-    locations = resolve_locations(loaded.profile, root=os.fspath(root) if root else None)
-    check_owner(locations.root, owner_of(loaded))
-    return current_manifest_path(locations.root)
+    place = find_place(profile, root=os.fspath(root) if root else None)
+    place.check_owner()
+    return place.current_manifest_path()
 
 
 def _prepend_env(name: str, entries: Sequence[str]) -> None:

@@ -22,7 +22,8 @@ The API, for ``activate``, ``run``, ``shell`` and the no-op ``apply``:
   best effort, never raises.
 - :func:`owned_by_other` ``(root, owner) -> bool``: whether ``root``'s marker names another
   profile than ``owner`` (``(name, file)``, as :attr:`kvenv.model.facts.ProfileFacts.owner`
-  gives it); exactly :func:`kvenv.env.root.foreign_owner`'s rule.
+  gives it): another name, exactly :func:`kvenv.env.root.foreign_owner`'s rule (the file
+  says where the profile was read from and takes no part).
 - :func:`apply_in_progress` ``(root) -> bool``: the root lock's owner sidecar exists.
 - :func:`ready` ``(state) -> bool``: the checks activation makes every time (its dirs exist,
   no protected package in them), as a yes or no.
@@ -149,8 +150,9 @@ class PlainState:
 
 def owned_by_other(root: Path, owner: tuple[str, str | None]) -> bool:
     """Whether ``root``'s marker names a profile other than ``owner`` (name, resolved file or
-    None for a built-in), as :func:`kvenv.env.root.foreign_owner` decides: a root without a
-    marker, or whose marker names no owner, is nobody's."""
+    None for a built-in), as :func:`kvenv.env.root.foreign_owner` decides: by name alone (a
+    profile is what it is, not where it was read from); a root without a marker, or whose
+    marker names no owner, is nobody's."""
     marker = root / _MARKER
     if not marker.is_file():
         return False
@@ -161,8 +163,7 @@ def owned_by_other(root: Path, owner: tuple[str, str | None]) -> bool:
     found = data.get("owner") if isinstance(data, dict) else None
     if not isinstance(found, dict) or not isinstance(found.get("name"), str):
         return False
-    file = found.get("file")
-    return (found["name"], file if isinstance(file, str) else None) != tuple(owner)
+    return bool(found["name"] != owner[0])
 
 
 def apply_in_progress(root: Path) -> bool:

@@ -414,7 +414,7 @@ def _build(
     manifest: dict[str, Any],
     kvenv_lib: Sequence[tuple[str, str]] | None,
 ) -> Built:
-    from kvenv.env.shellrender import shim_texts_for
+    from kvenv.env.shellrender import path_with_interpreter, shim_texts_for
 
     gen.mkdir(parents=True)
     kill_point("fetch")  # the full path's points, in its order (nothing to fetch or verify here)
@@ -448,9 +448,9 @@ def _build(
     kill_point("write-manifest")
     write_pointer(root, generation, None)
     kill_point("switch")
-    for path, text in shim_texts_for(
-        root, generation, PlainActivation(manifest["activation"])
-    ).items():
+    activation = PlainActivation(manifest["activation"])
+    activation.path = path_with_interpreter(activation.path, manifest.get("python"))
+    for path, text in shim_texts_for(root, generation, activation).items():
         atomic.write_text(path, text, durable=False)
     kill_point("write-shims")
     return Built(generation, manifest_path, manifest)

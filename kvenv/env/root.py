@@ -59,27 +59,47 @@ ATOMIC_NAMES = frozenset({ROOT_MARKER, POINTER_NAME, *(f"activate.{suffix}" for 
 
 @attrs.frozen
 class RootOwner:
-    """The profile a root belongs to, recorded in its ``.kvenv-root`` marker: the profile's
-    name and the resolved path of its file (None for a built-in profile, whose file moves with
-    the kvenv install). Both must match: profiles that inherit ``[paths] root`` from a parent
-    differ by name, two files that give the same name differ by file."""
+    """The profile a root belongs to, recorded in its ``.kvenv-root`` marker.
+
+    A profile is what it is, not where it lies: the owner *is* the profile's name. The same
+    profile reached any documented way (built-in, ``./profiles/NAME.toml``, a path,
+    ``$KVENV_PROFILE``, a bundle's copy, ``kvenv.activate()``, a cluster node) is the same
+    owner; a changed profile of that name is still the owner, and its apply makes a new
+    generation (a generation's manifest records the content, as the profile's digest). Two
+    profiles with different names meeting in one root are refused. ``file`` says where the
+    profile was read from when the root was claimed (None: a built-in); it is for messages
+    only and takes no part in equality, so a marker written by kvenv 0.1.0 (name and file) is
+    adopted as it is."""
 
     name: str
-    file: str | None = None
+    file: str | None = attrs.field(default=None, eq=False)
 
     def describe(self) -> str:
         return f"{self.name!r} ({self.file or 'built-in'})"
 
-    def reference(self) -> str:
-        """How to name this profile on a command line."""
-        return self.file or self.name
-
 
 def owner_of(loaded: LoadedProfile) -> RootOwner:
-    """The identity a root records for ``loaded``."""
+    """The identity a root records for ``loaded`` (its name; the file for messages)."""
     if loaded.origin == "builtin":
         return RootOwner(loaded.profile.name)
     return RootOwner(loaded.profile.name, str(loaded.path.resolve()))
+
+
+def _reset_command(owner: RootOwner, root: Path) -> str:
+    """The command that removes ``owner``'s runtime from ``root``: by its file when that still
+    exists (a project profile may not be found by name from here), else by name."""
+    import shlex
+
+    ref = owner.file if owner.file is not None and os.path.isfile(owner.file) else owner.name
+    return shlex.join(["kvenv", "reset", ref, "--root", str(root), "--yes"])
+
+
+def _conflict_hint(owner: RootOwner, other: RootOwner, root: Path) -> str:
+    return (
+        f"give {owner.name!r} a root of its own (--root DIR, $KVENV_ROOT, or [paths] root in "
+        f"its profile), or first remove the runtime of {other.name!r} from this root: "
+        f"`{_reset_command(other, root)}`"
+    )
 
 
 def stray_temp(name: str) -> bool:
@@ -153,8 +173,7 @@ def check_owner(root: Path, owner: RootOwner) -> None:
     raise ConflictError(
         f"the runtime root {root} belongs to profile {other.describe()}, "
         f"not to {owner.describe()}: nothing of {owner.name!r} is applied there",
-        hint=f"give {owner.name!r} its own root (--root DIR, $KVENV_ROOT, or [paths] root in "
-        f"its profile) and apply it there, or use {other.name!r}",
+        hint=_conflict_hint(owner, other, root),
     )
 
 
@@ -191,21 +210,18 @@ def claim_root(root: Path) -> None:
 
 def take_ownership(root: Path, owner: RootOwner) -> None:
     """Record ``owner`` in the marker of a claimed ``root`` (call it holding the root lock).
-    A root that belongs to another profile and holds an applied generation is refused
-    (:class:`ConflictError`, naming both profiles and the fix); one without an owner (new, or
-    made by an older kvenv) or with nothing applied is taken over."""
-    import shlex
-
+    A root that belongs to another profile (another name) and holds an applied generation is
+    refused (:class:`ConflictError`, naming both profiles and the fix); one without an owner
+    (new, or made by an older kvenv) or with nothing applied is taken over. The same name is
+    the same owner: its marker is left as it is."""
     found = read_owner(root)
     if found == owner:
-        return
+        return  # the same profile (by name), wherever it was read from: the marker stays
     if found is not None and (root / POINTER_NAME).exists():
-        reset = shlex.join(["kvenv", "reset", found.reference(), "--root", str(root), "--yes"])
         raise ConflictError(
             f"refusing to apply profile {owner.describe()} in {root}: the root belongs to "
             f"profile {found.describe()}",
-            hint=f"give {owner.name!r} its own root (--root DIR, $KVENV_ROOT, or [paths] root "
-            f"in its profile), or remove {found.name!r}'s runtime first: `{reset}`",
+            hint=_conflict_hint(owner, found, root),
         )
     created = _read_marker(root).get("created_at")
     _write_marker(root, owner, created if isinstance(created, str) else None)

@@ -112,9 +112,11 @@ def applied_activation(
     read = read_manifest(path, root=root)
     if on_success is not None and locations is not None and root is not None:
         from kvenv.env.plainstate import vouch
+        from kvenv.model.facts import memo_dir
 
-        where, cache, accepted = root, locations.cache, path  # for the start-up path, once the
-        on_success.append(lambda: vouch(where, cache, accepted))  # command succeeded
+        flag = locations.cache if locations.cache_from == "--cache" else None
+        where, memo, accepted = root, memo_dir(flag), path  # for the start-up path, once the
+        on_success.append(lambda: vouch(where, memo, accepted))  # command succeeded
     return activation_for(read), path
 
 
@@ -140,7 +142,7 @@ def quick_activation(
         facts = cached_facts(profile, cache=cache, environ=environ)
         if facts is None:
             return None
-        root_path, _, cache_path, _ = choose_places(
+        root_path, _, _, _ = choose_places(
             facts.name,
             root=root,
             cache=cache,
@@ -152,10 +154,20 @@ def quick_activation(
         return None
     if owned_by_other(root_path, facts.owner):
         return None
-    state = read_current(root_path, cache_path)
+    from kvenv.model.facts import memo_dir
+
+    try:
+        memo = memo_dir(cache, environ)  # where applied_activation's vouch wrote the verdict
+    except KvenvError:
+        return None
+    state = read_current(root_path, memo)
     if state is None or not ready(state):
         return None
-    return state.activation, state.manifest_path
+    from kvenv.env.shellrender import path_with_interpreter
+
+    activation = state.activation  # as activation_for completes it: the host interpreter's dir
+    activation.path = path_with_interpreter(activation.path, state.python)
+    return activation, state.manifest_path
 
 
 def resolve_command(command: str, environ: Mapping[str, str]) -> str:
@@ -179,6 +191,31 @@ def resolve_command(command: str, environ: Mapping[str, str]) -> str:
             "(the generation's console scripts first)",
         )
     return found
+
+
+PYTHON_NAMES = ("python", "python3")
+
+
+def with_host_python(argv: Sequence[str], environ: Mapping[str, str]) -> list[str]:
+    """``argv`` with a bare ``python`` or ``python3`` first word replaced by the host interpreter
+    the activated generation was built for (its manifest's, named by ``$KVENV_MANIFEST`` in
+    ``environ``), so ``kvenv run P -- python`` is that interpreter even where activation could
+    not put its directory on ``PATH`` (:func:`kvenv.env.shellrender.interpreter_dir`). The full
+    path, not the bare name, becomes ``argv[0]``: CPython finds its prefix from it. Anything
+    else, or no usable recorded interpreter, is left as it is."""
+    out = list(argv)
+    if not out or out[0] not in PYTHON_NAMES:
+        return out
+    import json
+
+    try:
+        with open(environ.get("KVENV_MANIFEST") or "", "rb") as stream:
+            python = json.loads(stream.read()).get("python")
+    except (OSError, ValueError, AttributeError):
+        return out
+    if isinstance(python, str) and os.path.isabs(python) and os.access(python, os.X_OK):
+        out[0] = python
+    return out
 
 
 def user_shell(environ: Mapping[str, str]) -> str:

@@ -55,6 +55,33 @@ def _pwsh_quote(value: str) -> str:
     return "'" + value.replace("'", "''") + "'"
 
 
+def interpreter_dir(python: str | None) -> str | None:
+    """The directory of the host interpreter ``python`` (the one a generation's manifest
+    records) when it offers ``python3`` as that same interpreter (a virtual environment's
+    ``bin``, or ``/usr/bin`` for the system's): activation puts it on ``PATH`` right after the
+    generation's ``bin``, so ``python``/``python3`` in ``kvenv run``, ``kvenv shell`` and an
+    activated shell are the interpreter the generation was built for, whatever ``PATH`` held
+    (as activating that environment would). None when no interpreter is recorded, or its
+    directory offers no ``python3`` that is it."""
+    if not python or not os.path.isabs(python):
+        return None
+    directory = os.path.dirname(python)
+    candidate = os.path.join(directory, "python3")
+    if os.path.realpath(candidate) != os.path.realpath(python):
+        return None
+    return directory if os.access(candidate, os.X_OK) else None
+
+
+def path_with_interpreter(path: Sequence[str], python: str | None) -> list[str]:
+    """An activation's ``PATH`` entries with the host interpreter's directory after them
+    (:func:`interpreter_dir`), when it has one and it is not there already."""
+    entries = list(path)
+    found = interpreter_dir(python)
+    if found is not None and found not in entries:
+        entries.append(found)
+    return entries
+
+
 def _variables(activation: ActivationView) -> list[tuple[str, Sequence[str]]]:
     return [
         ("PYTHONPATH", activation.pythonpath),
@@ -287,7 +314,8 @@ def render(
 
 def shim_texts_for(root: Path, generation: str, activation: ActivationView) -> dict[Path, str]:
     """``<root>/activate.{sh,fish,ps1}`` and their text for ``generation`` of ``root`` whose
-    manifest's activation is ``activation``."""
+    activation is ``activation`` (the manifest's, its ``PATH`` completed by
+    :func:`path_with_interpreter`)."""
     where = str(root / "generations" / generation / "manifest.json")
     texts: dict[Path, str] = {}
     for suffix, shell in SHIMS.items():

@@ -95,3 +95,34 @@ def test_prune_removes_a_damaged_store_entry(
     report = _json(capsys)
     assert str(entry) in report["removed"]
     assert not entry.exists()
+
+
+def test_without_a_profile_the_cache_is_the_default_one_apply_used(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """No profile named: the default cache (the user cache here, which `apply` of a profile
+    without [paths] cache used), not the default profile's [paths] cache; -v says which and
+    why, and a cache that does not exist is said to (verify: exit 2), not "no damage found"."""
+    for name in ("KVENV_PROFILE", "KVENV_CACHE_DIR", "KVENV_ROOT", "XDG_CACHE_HOME"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    user_cache = tmp_path / "home" / ".cache" / "kvenv"
+    for command in ("verify", "prune", "clean"):
+        code = main(["cache", command, "-v"])
+        said = capsys.readouterr()
+        assert f"{user_cache}" in said.out + said.err, said
+        assert "does not exist" in said.out + said.err, said
+        assert "no damage found" not in said.out, said
+        assert code == (2 if command == "verify" else 0), said
+    project = local_project(tmp_path / "proj")
+    profile = str(project.profile_path)
+    assert main(["apply", profile, "--root", str(tmp_path / "root")]) == 0
+    assert (user_cache / "store").is_dir()
+    capsys.readouterr()
+    assert main(["cache", "verify", "-v"]) == 0
+    said = capsys.readouterr()
+    assert f"cache {user_cache}: no damage found" in said.out, said.out
+    assert f"cache: {user_cache} (from the default)" in said.err, said.err
+    assert "no profile named" in said.err
+    assert main(["cache", "verify", "--cache", str(tmp_path / "nowhere")]) == 2
+    assert "nowhere (from --cache) does not exist" in capsys.readouterr().err

@@ -190,3 +190,86 @@ def test_a_plain_apply_prints_every_plan_warning(
     assert main(["apply", str(project.profile_path), *paths]) == 0
     applied = capsys.readouterr()
     assert f"warning: Python version: expected {older}" in applied.err
+
+
+def test_python_under_run_shell_and_activation_is_the_host_interpreter(
+    tmp_path: Path, kvenv_python: str
+) -> None:
+    """kvenv in its own venv (first on ``PATH``, as when it is activated), the host in another:
+    ``python``/``python3`` in ``kvenv run``, ``kvenv shell``, an activated shell and the root's
+    ``activate.sh`` are the interpreter the generation was built for (its manifest's), so the
+    host's ``torch`` and the overlay import together."""
+    host = _host_venv(tmp_path)
+    project = _project(tmp_path, host)
+    env = _env(tmp_path)
+    env["PATH"] = os.pathsep.join([str(Path(kvenv_python).parent), env.get("PATH", os.defpath)])
+    env["SHELL"] = "/bin/sh"
+    root = tmp_path / "root"
+    paths = ["--root", str(root), "--cache", str(tmp_path / "cache")]
+    profile = str(project.profile_path)
+    kvenv = [kvenv_python, "-m", "kvenv"]
+
+    def sh(command: str, stdin: str | None = None) -> str:
+        done = subprocess.run(
+            command if stdin is None else ["/bin/sh", "-c", command],
+            shell=stdin is None,
+            input=stdin,
+            cwd=project.dir,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=False,
+        )
+        assert done.returncode == 0, (command, stdin, done.stdout, done.stderr)
+        return done.stdout
+
+    sh(" ".join([*kvenv, "apply", profile, *paths]))
+    code = "import sys, torch, hostprobe; print(sys.prefix, torch.__version__)"
+    expected = f"{host.parent.parent} {TORCH}"  # the host venv's interpreter, the host's torch
+    for name in ("python", "python3"):
+        ran = subprocess.run(
+            [*kvenv, "run", profile, *paths, "--", name, "-c", code],
+            cwd=project.dir,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=False,
+        )
+        assert ran.returncode == 0, (name, ran.stderr)
+        assert ran.stdout.strip() == expected
+    quoted = code.replace('"', '\\"')
+    line = f'python -c "{quoted}"\npython3 -c "{quoted}"\n'
+    shell = subprocess.run(
+        [*kvenv, "shell", profile, *paths],
+        input=line,
+        cwd=project.dir,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert shell.returncode == 0, shell.stderr
+    assert shell.stdout.split("\n")[:2] == [expected, expected], shell.stdout
+    activate = " ".join([*kvenv, "activate", profile, *paths, "--shell", "sh"])
+    out = sh(f'eval "$({activate})" && python -c "{quoted}" && python3 -c "{quoted}"')
+    assert out.split("\n")[:2] == [expected, expected], out
+    out = sh(f'. {root / "activate.sh"} && python -c "{quoted}"')
+    assert out.strip() == expected, out
+    # A host whose directory offers no python3 that is it: activation cannot put it on PATH,
+    # `kvenv run -- python3` still runs the recorded interpreter (by its path).
+    (host.parent / "python3").unlink()
+    for name in ("python", "python3"):
+        ran = subprocess.run(
+            [*kvenv, "run", profile, *paths, "--", name, "-c", code],
+            cwd=project.dir,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=False,
+        )
+        assert ran.returncode == 0, (name, ran.stderr)
+        assert ran.stdout.strip() == expected, name

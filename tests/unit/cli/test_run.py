@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from kvenv.env.activation import activated_environ
+from kvenv.env.activation import activated_environ, activation_for
 from kvenv.env.manifest import read_manifest
 from kvenv.env.root import current_manifest_path
 from tests.support.applyenv import Project, apply, fake_host_site, host_snapshot, local_project
@@ -61,7 +61,7 @@ def test_run_sees_the_activated_environment(applied: tuple[Project, Path]) -> No
     assert done.returncode == 0, done.stderr
     path = current_manifest_path(applied[1])
     assert path is not None
-    activation = read_manifest(path).activation
+    activation = activation_for(read_manifest(path))  # PATH: the host interpreter's dir too
     assert _records(done.stdout) == activated_environ(activation, env, manifest_path=str(path))
 
 

@@ -1,6 +1,9 @@
-"""A runtime root records the profile that owns it (its name and its file): another profile
-applied there is refused (exit 3), and activate, verify and status of a profile whose root
-belongs to another say so. A root from an older kvenv (a marker without an owner) is adopted."""
+"""A runtime root records the profile that owns it: its name (and, for messages, the file it
+was read from). Another profile (another name) applied there is refused (exit 3), and activate,
+verify and status of a profile whose root belongs to another say so. The same name reached
+through another file is the same owner; a changed profile of that name makes a new generation.
+A root from an older kvenv (a marker without an owner, or kvenv 0.1.0's name and file) is
+adopted."""
 
 from __future__ import annotations
 
@@ -64,15 +67,63 @@ def test_activate_verify_status_of_a_profile_whose_root_is_another_s(tmp_path: P
     assert _run("verify", child).code == 0
 
 
-def test_two_files_with_one_name_are_told_apart(tmp_path: Path) -> None:
-    project, _, _ = _family(tmp_path)
-    twin = project.dir / "profiles" / "twin.toml"
-    twin.write_text(project.profile_path.read_text())  # also name = "t", another file
-    (project.dir / "locks" / "pylock.twin.toml").write_text(project.lock_path.read_text())
+def test_one_name_read_from_two_files_is_one_owner(tmp_path: Path) -> None:
+    """The same profile reached through another file (a copy, a bundle's copy, the built-in
+    beside its project file) owns the root; a changed one of that name makes a new
+    generation there, not a refusal."""
+    import shutil
+
+    project, _, root = _family(tmp_path)
+    copy = shutil.copytree(project.dir, tmp_path / "elsewhere")  # its lock and wheels too
+    twin = copy / "profiles" / "t.toml"  # also name = "t", another file
     assert _run("apply", project.profile_path).code == 0
+    first = json.loads((root / "current.json").read_text())["generation"]
+    for command in ("activate", "verify", "status", "list", "generations"):
+        result = _run(command, twin)
+        assert result.code == 0, (command, result.text)
+        assert "belongs to" not in result.text, (command, result.text)
+    twin.write_text(twin.read_text() + 'KVENV_TWIN = "1"\n')  # in [runtime.env], the last table
     result = _run("apply", twin)
-    assert result.code == 3, result.text
-    assert str(twin) in result.err or str(twin.resolve()) in result.err, result.err
+    assert result.code == 0, result.text
+    current = json.loads((root / "current.json").read_text())
+    assert current["generation"] != first and current["previous"] == first
+    owner = read_owner(root)
+    assert owner is not None and owner.name == "t"
+
+
+def test_two_names_in_one_root_are_refused_naming_both_and_a_fix(tmp_path: Path) -> None:
+    project, child, root = _family(tmp_path)
+    assert _run("apply", project.profile_path).code == 0
+    for command in ("apply", "activate", "run"):
+        argv = [command, child] + (["--", "true"] if command == "run" else [])
+        result = _run(*argv)
+        assert result.code == 3, (command, result.text)
+        assert str(project.profile_path.resolve()) in result.err, result.err  # the owner's file
+        assert str(child.resolve()) in result.err, result.err  # and the one typed
+        fix = f"kvenv reset {project.profile_path.resolve()} --root {root} --yes"
+        assert fix in result.err, result.err
+        assert "or use 'child'" not in result.err and "or use 't'" not in result.err
+    # the fix runs as printed: the owner's runtime removed, the other profile applies
+    assert _run("reset", project.profile_path.resolve(), "--root", root, "--yes").code == 0
+    assert _run("apply", child).code == 0
+    owner = read_owner(root)
+    assert owner is not None and owner.name == "child"
+
+
+def test_a_root_of_kvenv_0_1_0_naming_another_file_is_adopted(tmp_path: Path) -> None:
+    """kvenv 0.1.0 recorded the owner's name and file: a root it made for the built-in (file
+    None) or for another path of the same profile is used without a reset."""
+    project, _, root = _family(tmp_path)
+    assert _run("apply", project.profile_path).code == 0
+    marker = root / ".kvenv-root"
+    for file in (None, "/gone/profiles/t.toml"):
+        data = json.loads(marker.read_text())
+        data["owner"] = {"name": "t", "file": file}
+        data["kvenv"] = "0.1.0"
+        marker.write_text(json.dumps(data))
+        for command in ("activate", "verify", "apply"):
+            result = _run(command, project.profile_path)
+            assert result.code == 0, (file, command, result.text)
 
 
 def test_a_root_from_an_older_kvenv_is_adopted(tmp_path: Path) -> None:
