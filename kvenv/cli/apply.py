@@ -372,7 +372,7 @@ def cmd_apply(args: argparse.Namespace) -> int:
             args.profile = known  # the bundle's own
     import os
 
-    from kvenv.env.generations import keep_count
+    from kvenv.env.keep import keep_count
 
     keep = keep_count(args.keep, os.environ)  # checked before any path, fast or full
     found = None

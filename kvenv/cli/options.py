@@ -30,8 +30,8 @@ def jobs_value(text: str) -> int:
 
 def keep_value(text: str) -> int:
     """``--keep N``: generations an apply keeps, at least
-    :data:`kvenv.env.generations.MIN_KEEP` (the new one and the one it replaced)."""
-    from kvenv.env.generations import MIN_KEEP  # only when --keep is given
+    :data:`kvenv.env.keep.MIN_KEEP` (the new one and the one it replaced)."""
+    from kvenv.env.keep import MIN_KEEP  # only when --keep is given
 
     value = _whole(text)
     if value < MIN_KEEP:

@@ -9,11 +9,12 @@ cached wheels behind it): a generation that does not is refused, and nothing cha
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Literal
 
 import attrs
 
+from kvenv.env.keep import DEFAULT_KEEP, KEEP_ENV, MIN_KEEP, keep_count
 from kvenv.env.manifest import MANIFEST_NAME, Manifest, read_manifest
 from kvenv.env.root import (
     RootLock,
@@ -23,45 +24,16 @@ from kvenv.env.root import (
     read_pointer,
     switch,
 )
-from kvenv.errors import CheckFailed, InputError, KvenvError, Problem, UsageError
+from kvenv.errors import CheckFailed, InputError, KvenvError, Problem
 from kvenv.model.locations import Locations
 
-KEEP_ENV = "KVENV_KEEP_GENERATIONS"
-DEFAULT_KEEP = 2
-MIN_KEEP = 2  # the new generation and the one current before it (processes may still use it)
+__all__ = ["DEFAULT_KEEP", "KEEP_ENV", "MIN_KEEP", "keep_count"]
 
 DistOrigin = Literal["native", "overlay", "host"]
 
 
 def _ignore(_: str) -> None:
     return None
-
-
-# -- how many are kept ---------------------------------------------------------------------
-
-
-def keep_count(flag: int | None, environ: Mapping[str, str]) -> int:
-    """How many generations an apply keeps: ``--keep N``, else ``$KVENV_KEEP_GENERATIONS``,
-    else 2. At least 2: the generation an apply switched away from is always kept, so that
-    processes started from it keep importing from it until the next apply."""
-    where = "--keep"
-    value: object = flag
-    if flag is None:
-        text = environ.get(KEEP_ENV, "").strip()
-        if not text:
-            return DEFAULT_KEEP
-        where = f"${KEEP_ENV}"
-        try:
-            value = int(text)
-        except ValueError:
-            value = text
-    if not isinstance(value, int) or value < MIN_KEEP:
-        raise UsageError(
-            f"{where} must be a whole number of at least {MIN_KEEP}, not {value!r}",
-            hint="the generation an apply switches away from is always kept (processes "
-            f"started from it may still use it): give {MIN_KEEP} or more",
-        )
-    return value
 
 
 def _made_at(locations: Locations, generation: str) -> tuple[int, str]:

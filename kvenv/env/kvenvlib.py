@@ -35,6 +35,11 @@ RUNTIME_REQUIREMENTS: Mapping[str, tuple[str, ...]] = {
     "typing-extensions": ("typing_extensions",),
 }
 
+# Every name a link in ``kvenv-lib`` may have (kvenv.env.strays holds the directory to it).
+LINKABLE = frozenset(
+    ("kvenv", *(name for names in RUNTIME_REQUIREMENTS.values() for name in names))
+)
+
 
 def _location(import_name: str) -> Path | None:
     """Where this process imports ``import_name`` from: a package directory or a module file."""
@@ -60,6 +65,9 @@ def links_for(provided: Iterable[str]) -> tuple[dict[str, Path], list[str]]:
             target = _location(name)
             if target is None:
                 notes.append(f"{KVENV_LIB}: {name} ({dist}) is not importable by kvenv itself")
+                continue
+            if not (target.is_dir() or target.suffix == ".py"):  # kvenv runs from a zip app
+                notes.append(f"{KVENV_LIB}: {name} ({dist}) lies in an archive, not linked")
                 continue
             links[target.name] = target.resolve()
     return links, notes

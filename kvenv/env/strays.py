@@ -12,6 +12,12 @@ One kind of file is expected without being listed: the byte code Python itself w
 listed module, ``<dir>/__pycache__/<stem>.<tag>[.opt-N].pyc`` for a listed ``<dir>/<stem>.py``.
 (Such a file is not compared with its source: Python does that itself, by the source's
 modification time and size.)
+
+``kvenv-lib`` (:mod:`kvenv.env.kvenvlib`) is known too, and held to what it may hold: only
+symlinks, each named after one of the import names kvenv links there (kvenv's own package and
+those of ``kvenv.runtime``'s requirements) and pointing at a directory or module of that name.
+Anything else in it (a ``sitecustomize.py``, a ``.pth``, a link under another name) is on the
+``PYTHONPATH`` of every activated process, and is reported like any added file.
 """
 
 from __future__ import annotations
@@ -21,7 +27,9 @@ import os
 import re
 from pathlib import Path
 
+from kvenv.env.kvenvlib import LINKABLE
 from kvenv.env.manifest import MANIFEST_NAME, Manifest
+from kvenv.env.rootfiles import KVENV_LIB
 
 _PYC = re.compile(r"^(?P<stem>[^.]+)\.[A-Za-z0-9_-]+(?:\.opt-[12])?\.pyc$")
 # The generation's own directories (kvenv.env.store.GenerationLayout: the two layers' sites and
@@ -64,6 +72,21 @@ def _byte_code(path: str, listed: set[str]) -> bool:
     return os.path.join(os.path.dirname(directory), found.group("stem") + ".py") in listed
 
 
+def _kvenv_lib_strays(lib: str) -> list[str]:
+    """The entries of ``kvenv-lib`` that are not a link kvenv makes there (see the module
+    docstring); a ``kvenv-lib`` that is not a plain directory is itself the stray."""
+    if os.path.islink(lib) or not os.path.isdir(lib):
+        return [lib]
+    found = []
+    for name in sorted(os.listdir(lib)):
+        path = os.path.join(lib, name)
+        target = os.readlink(path) if os.path.islink(path) else None
+        module = name[:-3] if name.endswith(".py") else name  # a package, or a one-file module
+        if target is None or module not in LINKABLE or os.path.basename(target) != name:
+            found.append(path)
+    return found
+
+
 def stray_files(manifest: Manifest) -> list[str]:
     """The files, symlinks and other entries in the generation that its manifest does not
     list, sorted (directories are not reported: the files they hold are). Symlinks are never
@@ -76,6 +99,9 @@ def stray_files(manifest: Manifest) -> list[str]:
     for name in sorted(os.listdir(generation)):
         path = os.path.join(generation, name)
         if name in _LAYERS and os.path.isdir(path) and not os.path.islink(path):
+            continue
+        if name == KVENV_LIB:
+            found.extend(_kvenv_lib_strays(path))
             continue
         if os.path.normpath(path) not in listed:
             found.append(path)

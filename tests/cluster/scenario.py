@@ -12,9 +12,11 @@ beforehand, outside (there is no package index in the namespace); then
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -29,10 +31,17 @@ BIN = Path(sys.executable).parent
 NODE_ENV = "KVENV_TEST_RAY_NODE"  # tags every process of a node, so it can be stopped by pid
 
 
+RAY_HOME = tempfile.mkdtemp(prefix="kvenv-ray-home-")
+atexit.register(shutil.rmtree, RAY_HOME, True)
+
+
 def _env(extra: dict[str, str] | None = None) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("KVENV_", "RAY_"))}
     env["PATH"] = f"{BIN}:{env.get('PATH', '/usr/bin:/bin')}"
     env["RAY_USAGE_STATS_ENABLED"] = "0"
+    # a home of the cluster's own: a token the machine's user keeps (~/.ray/auth_token) is
+    # not this cluster's, and with it a joining node cannot join a head that expects none
+    env["HOME"] = RAY_HOME
     env.update(extra or {})
     return env
 
