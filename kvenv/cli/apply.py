@@ -80,6 +80,12 @@ def register(sub: Any) -> None:
         )
         p.add_argument("--jobs", type=int, default=8, metavar="N", help="parallel downloads")
         p.add_argument(
+            "--no-compile",
+            action="store_true",
+            help="do not compile the wheels' modules to bytecode (by default each is compiled "
+            "once per store entry with the host interpreter)",
+        )
+        p.add_argument(
             "--keep",
             type=int,
             metavar="N",
@@ -437,6 +443,7 @@ def cmd_apply(args: argparse.Namespace) -> int:
         on_wait=err,
         repair=args.repair,
         keep=keep,
+        compile=not args.no_compile,
     )
     try:
         result = apply(plan, options)

@@ -70,6 +70,7 @@ from kvenv.model.profile import HfSource, PathSource, UrlSource
 from kvenv.model.snapshot import HostSnapshot
 
 if TYPE_CHECKING:  # the store and fetch are imported when a step needs them (start-up time)
+    from kvenv.env.bytecode import Bytecode
     from kvenv.env.store import GenerationLayout, LinkedLayer, StoreEntry
     from kvenv.fetch.bundle import BundleInfo
     from kvenv.plan.make import Plan, PlanArtifact, StepName
@@ -100,6 +101,9 @@ class ApplyOptions:
     # How many finished generations to keep (the new one and the one current before it always;
     # then the newest others): kvenv.env.generations.keep_count.
     keep: int = DEFAULT_KEEP
+    # Compile each wheel's modules once per store entry with the host interpreter, so the
+    # generation carries bytecode (kvenv.env.bytecode); ``apply --no-compile`` turns it off.
+    compile: bool = True
 
 
 @attrs.frozen
@@ -391,12 +395,14 @@ class _Run:
     options: ApplyOptions
     files: dict[str, Path] = attrs.field(factory=dict)
     entries: dict[str, StoreEntry] | None = None
+    bytecode: dict[str, Bytecode] | None = None
     generation: str | None = None
     native: LinkedLayer | None = None
     overlay: LinkedLayer | None = None
     manifest: Manifest | None = None
     switched: bool = False
     warnings: list[str] = attrs.field(factory=list)  # damaged cache or store entries replaced
+    notices: list[str] = attrs.field(factory=list)  # warnings that repaired nothing
 
     @property
     def loaded(self) -> LoadedProfile:
@@ -442,7 +448,7 @@ class _Run:
             str(manifest_path(root, manifest.generation)) if manifest else None,
             removed,
             list(manifest.notes) if manifest else [],
-            self.warnings + (apply_warnings(manifest) if manifest else []),
+            self.warnings + self.notices + (apply_warnings(manifest) if manifest else []),
             tuple(layer for layer in (self.native, self.overlay) if layer is not None),
             bool(self.warnings),
         )
@@ -485,6 +491,34 @@ class _Run:
                     raise
                 self.entries = self._unpack_all()
         return self.entries
+
+    def _compiled(self) -> dict[str, Bytecode]:
+        """The bytecode of every unpacked wheel for the host interpreter (compiled once per
+        store entry and cache tag: :mod:`kvenv.env.bytecode`); none with ``compile`` off, or
+        when the interpreter cannot compile (a warning: imports then compile from source)."""
+        from kvenv.env.bytecode import cache_tag, compile_entries
+        from kvenv.errors import InstallError
+
+        if self.bytecode is None:
+            self.bytecode = {}
+            python = self.plan.inputs.host.python
+            tag = cache_tag(
+                self.interpreter, (python.implementation, python.version, python.executable)
+            )
+            if self.options.compile and tag is not None:
+                try:
+                    self.bytecode = compile_entries(
+                        self.locations.store,
+                        self._unpacked(),
+                        python=self.interpreter,
+                        tag=tag,
+                        jobs=self.options.jobs,
+                        full_check=self.options.repair,
+                        on_damaged=self.warnings.append,
+                    )
+                except InstallError as exc:
+                    self.notices.append(f"{exc.message}; the generation has no bytecode")
+        return self.bytecode
 
     def _unpack_all(self) -> dict[str, StoreEntry]:
         from kvenv.env.store import unpack_all
@@ -556,6 +590,7 @@ class _Run:
         from kvenv.env.store import link_layer
 
         entries = self._unpacked()
+        bytecode = self._compiled()
         layout = self._layout(role)
         chosen = [entries[a.sha256] for a in self.artifacts(role)]
         if role == "native":
@@ -567,6 +602,7 @@ class _Run:
                 layer="native",
                 jobs=self.options.jobs,
                 progress=self.options.progress,
+                bytecode=bytecode,
             )
         return link_layer(
             chosen,
@@ -577,6 +613,7 @@ class _Run:
             jobs=self.options.jobs,
             allow_pth=[w.name for w in self.loaded.profile.overlay.allow_pth],
             progress=self.options.progress,
+            bytecode=bytecode,
         )
 
     def install_native(self) -> None:

@@ -42,6 +42,7 @@ import zipfile
 import zlib
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import attrs
 
@@ -53,6 +54,9 @@ from kvenv.env.seal import record_problems, remove_sealed, reseal, seal, seal_pr
 from kvenv.env.wheelinstall import InstalledDist, install_wheel
 from kvenv.errors import InputError, InstallError, IntegrityError
 from kvenv.model import convert
+
+if TYPE_CHECKING:
+    from kvenv.env.bytecode import Bytecode
 
 MARKER = ".kvenv-store.json"
 # 2: the marker records the RECORD lies a waiver accepted (``record_waived``); an entry of
@@ -377,6 +381,7 @@ def link_layer(
     jobs: int = 8,
     progress: Progress | None = None,
     allow_pth: Iterable[str] = (),
+    bytecode: Mapping[str, Bytecode] | None = None,
 ) -> LinkedLayer:
     """Build one layer (native or overlay) of a generation from store entries.
 
@@ -386,6 +391,8 @@ def link_layer(
     name order keeps it and the conflict is returned. A file of the directories shared with
     another layer that exists already with other bytes is an :class:`InstallError`. An
     overlay wheel with an executable ``.pth`` line is refused unless ``allow_pth`` names it.
+    ``bytecode`` (by wheel sha256: :mod:`kvenv.env.bytecode`) adds each wheel's ``.pyc``
+    files and takes its RECORD (with their rows) from the bytecode entry.
     """
     check_protected(entries, protected)
     check_record_waivers(entries, record_waivers)
@@ -395,25 +402,45 @@ def link_layer(
     site = bases["site"] + "/"
     plan: dict[str, _Source] = {}
     others: dict[str, list[_Source]] = {}
+    compiled = _compiled(entries, bytecode or {})
     for entry in entries:
+        own_record = f"{entry.dist.dist_info}/RECORD"
         # rewritten below with the scripts' real hashes
-        skip = f"{entry.dist.dist_info}/RECORD" if entry.dist.scripts else None
+        skip = own_record if entry.dist.scripts else None
+        code = compiled.get(id(entry))
         for record_path in entry.dist.files:
+            source = entry
             if record_path.startswith("../"):
                 dest = _destination_text(bases, record_path)
             elif record_path == skip:
                 continue
             else:
                 dest = site + record_path
+                if code is not None and record_path == own_record:
+                    source = code[0]  # the RECORD with the .pyc rows
             if dest in plan:
-                others.setdefault(dest, []).append((entry, record_path))
+                others.setdefault(dest, []).append((source, record_path))
             else:
-                plan[dest] = (entry, record_path)
+                plan[dest] = (source, record_path)
+        if code is not None:
+            holder, found = code
+            for pyc in found.pyc.values():
+                dest = site + pyc
+                if dest in plan:
+                    others.setdefault(dest, []).append((holder, pyc))
+                else:
+                    plan[dest] = (holder, pyc)
     conflicts = _resolve(plan, others, layer) if others else []
+    if compiled and conflicts:
+        # a .pyc follows its source (same winner, by name order): only the source's conflict
+        # is reported (kvenv.env.verify.shadowed_rows skips the loser's .pyc rows with it)
+        pycs = {pyc for _, code in compiled.values() for pyc in code.pyc.values()}
+        conflicts = [c for c in conflicts if c.file not in pycs]
     _drop_shared(plan, bases["site"])
     by_dir: dict[str, list[tuple[str, str]]] = {}
     scripts: list[tuple[StoreEntry, str, Path]] = []
     sources = {id(entry): f"{entry.path}/site/" for entry in entries}
+    sources.update({id(code): f"{code.path}/site/" for code, _ in compiled.values()})
     for dest, (entry, path) in plan.items():
         if path.startswith("../bin/"):
             scripts.append((entry, path, Path(dest)))
@@ -432,7 +459,8 @@ def link_layer(
     for entry in entries:
         record = layout.site / entry.dist.dist_info / "RECORD"
         if entry.dist.scripts:
-            _write_record(entry, record, rewritten)
+            code = compiled.get(id(entry))
+            _write_record(entry, record, rewritten, code[0] if code is not None else entry)
             records.append(str(record))
         digest = "sha256:" + hashlib.sha256(record.read_bytes()).hexdigest()
         out.append(attrs.evolve(entry.dist, record_digest=digest))
@@ -440,6 +468,19 @@ def link_layer(
     store = str(entries[0].path.parent) if entries else ""
     grouped = group_links(by_dir, store, str(layout.site.parent))
     return LinkedLayer(out, conflicts, grouped, made, records)
+
+
+def _compiled(
+    entries: Sequence[StoreEntry], bytecode: Mapping[str, Bytecode]
+) -> dict[int, tuple[StoreEntry, Bytecode]]:
+    """Each wheel entry's bytecode entry (as a source of files, and as recorded), by the
+    wheel entry's identity."""
+    out: dict[int, tuple[StoreEntry, Bytecode]] = {}
+    for entry in entries:
+        code = bytecode.get(entry.sha256)
+        if code is not None:
+            out[id(entry)] = (code.as_entry(entry), code)
+    return out
 
 
 def _resolve(
@@ -520,11 +561,14 @@ def _write_scripts(scripts: list[tuple[StoreEntry, str, Path]], python: str) -> 
     return rows
 
 
-def _write_record(entry: StoreEntry, record: Path, rewritten: Mapping[str, str]) -> None:
-    """The entry's RECORD with the rows of its scripts rewritten (their new hash and size);
+def _write_record(
+    entry: StoreEntry, record: Path, rewritten: Mapping[str, str], origin: StoreEntry
+) -> None:
+    """The entry's RECORD (as ``origin`` holds it: the wheel's entry, or its bytecode entry's
+    with the ``.pyc`` rows) with the rows of its scripts rewritten (their new hash and size);
     every other line is kept as it is, byte for byte (a script's row is the only one whose
     path starts with ``../``, or is quoted)."""
-    source = entry.source_of(f"{entry.dist.dist_info}/RECORD")
+    source = origin.source_of(f"{entry.dist.dist_info}/RECORD")
     lines = source.read_text(encoding="utf-8").splitlines()
     out = io.StringIO()
     writer = csv.writer(out, lineterminator="\n")
