@@ -70,8 +70,8 @@ from kvenv.model.profile import HfSource, PathSource, UrlSource
 from kvenv.model.snapshot import HostSnapshot
 
 if TYPE_CHECKING:  # the store and fetch are imported when a step needs them (start-up time)
-    from kvenv.env.bytecode import Bytecode
-    from kvenv.env.store import GenerationLayout, LinkedLayer, StoreEntry
+    from kvenv.env.bytecode import Bytecode, Compiler
+    from kvenv.env.store import GenerationLayout, LinkedLayer, StoreEntry, Unpacker
     from kvenv.fetch.bundle import BundleInfo
     from kvenv.plan.make import Plan, PlanArtifact, StepName
 
@@ -396,6 +396,9 @@ class _Run:
     files: dict[str, Path] = attrs.field(factory=dict)
     entries: dict[str, StoreEntry] | None = None
     bytecode: dict[str, Bytecode] | None = None
+    # The pipeline: wheels unpacked as they arrive, each entry compiled once unpacked.
+    unpacker: Unpacker | None = None
+    compiler: Compiler | None = None
     generation: str | None = None
     native: LinkedLayer | None = None
     overlay: LinkedLayer | None = None
@@ -429,9 +432,12 @@ class _Run:
             "switch": self.switch,
             "write-shims": self.write_shims,
         }
-        for step in self.plan.steps:
-            steps[step.name]()
-            kill_point(step.name)
+        try:
+            for step in self.plan.steps:
+                steps[step.name]()
+                kill_point(step.name)
+        finally:
+            self._close_pipeline()
         root = self.locations.root
         previous = self.pointer.generation if self.pointer else None
         keep = {g for g in (self.generation, previous) if g}
@@ -455,9 +461,53 @@ class _Run:
 
     # -- the steps ---------------------------------------------------------------------------
 
+    def _start_pipeline(self) -> None:
+        """Unpack each wheel as soon as it is verified (and compile it once unpacked) while
+        the others still download: :class:`kvenv.env.store.Unpacker`."""
+        from kvenv.env.bytecode import Compiler
+        from kvenv.env.store import Unpacker
+
+        tag = self._tag()
+        if self.options.compile and tag is not None:
+            self.compiler = Compiler(
+                self.locations.store,
+                python=self.interpreter,
+                tag=tag,
+                jobs=self.options.jobs,
+                full_check=self.options.repair,
+            )
+            self.compiler.on_damaged = self.warnings.append
+        self.unpacker = Unpacker(
+            self.locations.store,
+            protected=self.protected,
+            record_waivers=self.waivers,
+            jobs=self.options.jobs,
+            progress=self.options.progress,
+            full_check=self.options.repair,
+            on_damaged=self.warnings.append,
+            then=self.compiler.submit if self.compiler is not None else None,
+        )
+
+    def _close_pipeline(self) -> None:
+        if self.unpacker is not None:
+            self.unpacker.close()
+            self.unpacker = None
+        if self.compiler is not None:
+            self.compiler.close()
+            self.compiler = None
+
+    def _tag(self) -> str | None:
+        from kvenv.env.bytecode import cache_tag
+
+        python = self.plan.inputs.host.python
+        known = (python.implementation, python.version, python.executable)
+        return cache_tag(self.interpreter, known)
+
     def fetch(self, artifacts: list[PlanArtifact] | None = None) -> None:
         from kvenv.fetch.core import fetch_all
 
+        if artifacts is None and self.unpacker is None and self.entries is None:
+            self._start_pipeline()
         bundle = self.options.bundle
         self.files.update(
             fetch_all(
@@ -468,6 +518,7 @@ class _Run:
                 jobs=self.options.jobs,
                 progress=_fetch_progress(self.options.progress),
                 rehash_cached=self.options.repair,
+                on_ready=self.unpacker.submit if self.unpacker is not None else None,
             )
         )
 
@@ -483,8 +534,13 @@ class _Run:
 
         if self.entries is None:
             try:
-                self.entries = self._unpack_all()
+                if self.unpacker is not None:
+                    wheels = {a.sha256: self.files[a.sha256] for a in self.artifacts()}
+                    self.entries = self.unpacker.results(wheels)
+                else:
+                    self.entries = self._unpack_all()
             except KvenvError:
+                self._close_pipeline()
                 # A wheel that fails to unpack may be a cached file damaged in place (same
                 # size and mtime): re-hash the cached files; fetch the damaged ones again.
                 if not self._refetch_damaged():
@@ -496,16 +552,19 @@ class _Run:
         """The bytecode of every unpacked wheel for the host interpreter (compiled once per
         store entry and cache tag: :mod:`kvenv.env.bytecode`); none with ``compile`` off, or
         when the interpreter cannot compile (a warning: imports then compile from source)."""
-        from kvenv.env.bytecode import cache_tag, compile_entries
+        from kvenv.env.bytecode import compile_entries
         from kvenv.errors import InstallError
 
         if self.bytecode is None:
             self.bytecode = {}
-            python = self.plan.inputs.host.python
-            tag = cache_tag(
-                self.interpreter, (python.implementation, python.version, python.executable)
-            )
-            if self.options.compile and tag is not None:
+            tag = self._tag()
+            if self.compiler is not None:
+                entries = self._unpacked()
+                try:
+                    self.bytecode = self.compiler.results(entries)
+                except InstallError as exc:
+                    self.notices.append(f"{exc.message}; the generation has no bytecode")
+            elif self.options.compile and tag is not None:
                 try:
                     self.bytecode = compile_entries(
                         self.locations.store,

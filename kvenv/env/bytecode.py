@@ -39,6 +39,7 @@ import subprocess
 import tempfile
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
+from typing import IO
 
 import attrs
 
@@ -49,21 +50,23 @@ from kvenv.errors import InstallError
 BYTECODE_FORMAT = 1
 KIND = "bytecode"
 
-# Run by the host interpreter (``-S -s``: no site, no user site), standard library only. Reads
-# ``[[source root, target root, [relative .py paths]], ...]`` on stdin; writes each file's
-# unchecked-hash .pyc under the target root at the path ``cache_from_source`` gives under the
-# source root (the code's file name is the relative path, so identical sources in two wheels
-# compile to identical bytes; the import system sets the real path when it loads them), and
-# prints ``{"tag": ..., "done": [[[rel, pyc rel, sha256 b64, size], ...], ...]}``.
+# Run by the host interpreter (``-S -s``: no site, no user site), standard library only, for
+# as long as kvenv feeds it: prints its cache tag, then reads one job per line (``[source root,
+# target root, [relative .py paths]]``), writes each file's unchecked-hash .pyc under the
+# target root at the path ``cache_from_source`` gives under the source root (the code's file
+# name is the relative path, so identical sources in two wheels compile to identical bytes;
+# the import system sets the real path when it loads them) and answers one line per job:
+# ``[[rel, pyc rel, sha256 b64, size], ...]``.
 _SCRIPT = r"""
-import base64, hashlib, importlib.util, json, py_compile, sys
-jobs = json.load(sys.stdin)
+import base64, hashlib, importlib.util, json, py_compile, sys, warnings
+warnings.simplefilter("ignore")  # a SyntaxWarning per odd escape: not kvenv's to report
 tag = sys.implementation.cache_tag
 mode = py_compile.PycInvalidationMode.UNCHECKED_HASH
-done = []
-for source_root, target_root, paths in jobs if tag else ():
+print(json.dumps({"tag": tag}), flush=True)
+for line in sys.stdin:
+    source_root, target_root, paths = json.loads(line)
     rows = []
-    for rel in paths:
+    for rel in paths if tag else ():
         source = source_root + "/" + rel
         pyc = importlib.util.cache_from_source(source)[len(source_root) + 1:]
         target = target_root + "/" + pyc
@@ -75,8 +78,7 @@ for source_root, target_root, paths in jobs if tag else ():
             continue
         digest = base64.urlsafe_b64encode(hashlib.sha256(data).digest()).decode().rstrip("=")
         rows.append([rel, pyc, digest, len(data)])
-    done.append(rows)
-json.dump({"tag": tag, "done": done}, sys.stdout)
+    print(json.dumps(rows), flush=True)
 """
 
 _TAG_SCRIPT = "import sys; print(sys.implementation.cache_tag)"
@@ -181,97 +183,217 @@ def compile_entries(
 ) -> dict[str, Bytecode]:
     """The bytecode entry for ``tag`` of every wheel entry with ``.py`` files (by wheel
     sha256): reused while its seal holds (with ``full_check``: always compiled again), else
-    compiled by ``python`` in up to ``jobs`` subprocesses and sealed into the store."""
-    out: dict[str, Bytecode] = {}
-    todo: list[StoreEntry] = []
-    for sha, entry in entries.items():
-        if not sources(entry):
-            continue
-        found = lookup_bytecode(store, sha, tag)
-        if found is not None:
-            broken = seal_problem(found.path)
-            if broken is None and not full_check:
-                out[sha] = found
-                continue
-            if broken is not None and on_damaged is not None:
-                on_damaged(
-                    f"bytecode of {entry.dist.name} {entry.dist.version} ({tag}) was changed "
-                    f"after sealing ({broken.message}); compiled again"
-                )
-            remove_sealed(found.path)  # derived bytes: compiled again rather than checked
-        todo.append(entry)
-    if todo:
-        out.update(_compile(store, todo, python=python, tag=tag, jobs=jobs))
-    return {sha: out[sha] for sha in entries if sha in out}
+    compiled by ``python`` in up to ``jobs`` worker processes and sealed into the store."""
+    with Compiler(store, python=python, tag=tag, jobs=jobs, full_check=full_check) as compiler:
+        compiler.on_damaged = on_damaged
+        for entry in entries.values():
+            compiler.submit(entry)
+        return compiler.results(entries)
 
 
-def _groups(entries: Sequence[StoreEntry], count: int) -> list[list[StoreEntry]]:
-    """``entries`` in ``count`` groups of about as many files each (largest first)."""
-    groups: list[list[StoreEntry]] = [[] for _ in range(max(1, count))]
-    sizes = [0] * len(groups)
-    for entry in sorted(entries, key=lambda e: -len(sources(e))):
-        smallest = sizes.index(min(sizes))
-        groups[smallest].append(entry)
-        sizes[smallest] += len(sources(entry))
-    return [g for g in groups if g]
+class Compiler:
+    """Store entries compiled as they are handed over (:meth:`submit`, from any thread) by up
+    to ``jobs`` long-lived processes of the host interpreter (started on first use: one start
+    per process, not per wheel), largest waiting entry first; :meth:`results` waits for them.
+    A failure (the interpreter cannot run, reports another tag, dies) is raised by
+    :meth:`results` as an :class:`InstallError`."""
 
+    def __init__(
+        self, store: Path, *, python: str, tag: str, jobs: int, full_check: bool = False
+    ) -> None:
+        import threading
 
-def _compile(
-    store: Path, entries: Sequence[StoreEntry], *, python: str, tag: str, jobs: int
-) -> dict[str, Bytecode]:
-    """Compile ``entries`` into temporary directories by ``python`` (one subprocess per group,
-    the groups at once), then complete each as a sealed store entry."""
-    from concurrent.futures import ThreadPoolExecutor
+        self.store, self.python, self.tag = store, python, tag
+        self.jobs = max(1, min(jobs, os.cpu_count() or 1))
+        self.full_check = full_check
+        self.on_damaged: Callable[[str], None] | None = None
+        self._lock = threading.Condition()
+        self._waiting: list[StoreEntry] = []
+        self._busy = 0
+        self._closed = False
+        self._done: dict[str, Bytecode] = {}
+        self._failed: list[InstallError] = []
+        self._workers: list[threading.Thread] = []
+        self._processes: list[subprocess.Popen[str]] = []
+        self._seen: set[str] = set()
+        self._errors: dict[int, IO[bytes]] = {}
 
-    temps: dict[str, Path] = {}
-    try:
-        for entry in entries:
-            key = bytecode_key(entry.sha256, tag)
-            temps[entry.sha256] = Path(tempfile.mkdtemp(prefix=f".tmp-{key[:16]}-", dir=store))
-        groups = _groups(entries, min(jobs, os.cpu_count() or 1, len(entries)))
-        with ThreadPoolExecutor(len(groups), thread_name_prefix="kvenv-compile") as pool:
-            results = list(pool.map(lambda g: _run(python, tag, g, temps), groups))
-        out: dict[str, Bytecode] = {}
-        for group, rows_per_entry in zip(groups, results, strict=True):
-            for entry, rows in zip(group, rows_per_entry, strict=True):
-                out[entry.sha256] = _complete(store, entry, tag, temps.pop(entry.sha256), rows)
-        return out
-    finally:
-        for temp in temps.values():
+    def __enter__(self) -> Compiler:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def submit(self, entry: StoreEntry) -> None:
+        """Compile ``entry`` (unless it has no ``.py`` files, or its bytecode is in the store
+        and sealed: then that is its result)."""
+        import threading
+
+        if entry.sha256 in self._seen or not sources(entry):
+            return
+        self._seen.add(entry.sha256)
+        found = self._reusable(entry)
+        with self._lock:
+            if found is not None:
+                self._done[entry.sha256] = found
+                return
+            self._waiting.append(entry)
+            self._waiting.sort(key=lambda e: len(sources(e)))  # the largest is taken first
+            idle = len(self._workers) - self._busy
+            if len(self._workers) < self.jobs and len(self._waiting) > idle:
+                worker = threading.Thread(target=self._work, name="kvenv-compile", daemon=True)
+                self._workers.append(worker)
+                worker.start()
+            self._lock.notify()
+
+    def _reusable(self, entry: StoreEntry) -> Bytecode | None:
+        found = lookup_bytecode(self.store, entry.sha256, self.tag)
+        if found is None:
+            return None
+        broken = seal_problem(found.path)
+        if broken is None and not self.full_check:
+            return found
+        if broken is not None and self.on_damaged is not None:
+            self.on_damaged(
+                f"bytecode of {entry.dist.name} {entry.dist.version} ({self.tag}) was changed "
+                f"after sealing ({broken.message}); compiled again"
+            )
+        remove_sealed(found.path)  # derived bytes: compiled again rather than checked
+        return None
+
+    def results(self, entries: Mapping[str, StoreEntry]) -> dict[str, Bytecode]:
+        """The bytecode of each of ``entries`` that has any (submitted now if it was not),
+        once every submitted entry is compiled."""
+        for entry in entries.values():
+            self.submit(entry)
+        with self._lock:
+            while (self._waiting or self._busy) and not self._failed:
+                self._lock.wait()
+            if self._failed:
+                raise self._failed[0]
+            return {sha: self._done[sha] for sha in entries if sha in self._done}
+
+    def close(self) -> None:
+        """Stop the workers and their processes (what is being compiled is left unfinished:
+        its temporary directory is removed)."""
+        with self._lock:
+            self._closed = True
+            self._waiting.clear()
+            self._lock.notify_all()
+        for process in self._processes:
+            with contextlib.suppress(OSError):
+                if process.stdin is not None:
+                    process.stdin.close()
+        for worker in self._workers:
+            worker.join()
+        for errors in self._errors.values():
+            errors.close()
+
+    def _work(self) -> None:
+        process: subprocess.Popen[str] | None = None
+        try:
+            while True:
+                with self._lock:
+                    while not self._waiting and not self._closed:
+                        self._lock.wait()
+                    if self._closed:
+                        return
+                    entry = self._waiting.pop()
+                    self._busy += 1
+                try:
+                    if process is None:
+                        process = self._start()
+                    found = self._compile(process, entry)
+                except InstallError as exc:
+                    with self._lock:
+                        self._failed.append(exc)
+                        self._busy -= 1
+                        self._lock.notify_all()
+                    return
+                with self._lock:
+                    self._done[entry.sha256] = found
+                    self._busy -= 1
+                    self._lock.notify_all()
+        finally:
+            if process is not None:
+                _stop(process)
+
+    def _start(self) -> subprocess.Popen[str]:
+        # read only when it fails (a pipe could fill up); closed by close()
+        errors = tempfile.TemporaryFile()  # noqa: SIM115
+        try:
+            process = subprocess.Popen(
+                [self.python, "-S", "-s", "-c", _SCRIPT],
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                stderr=errors,
+                text=True,
+                env=_child_env(),
+            )
+        except OSError as exc:
+            errors.close()
+            raise InstallError(f"cannot run {self.python} to compile bytecode: {exc}") from None
+        with self._lock:
+            self._processes.append(process)
+            self._errors[id(process)] = errors
+        hello = self._answer(process)
+        if not isinstance(hello, dict) or hello.get("tag") != self.tag:
+            raise self._broken(process, f"it reports the cache tag {hello!r}")
+        return process
+
+    def _answer(self, process: subprocess.Popen[str]) -> object:
+        assert process.stdout is not None
+        line = process.stdout.readline()
+        try:
+            return json.loads(line) if line else None
+        except ValueError:
+            return None
+
+    def _broken(self, process: subprocess.Popen[str], why: str) -> InstallError:
+        _stop(process)
+        last = ""
+        errors = self._errors.get(id(process))
+        if errors is not None:
+            with contextlib.suppress(OSError, ValueError):
+                errors.seek(0)
+                text = errors.read().decode("utf-8", "replace")
+                last = (text.strip().splitlines() or [""])[-1]
+        return InstallError(
+            f"{self.python} did not compile bytecode for {self.tag} ({why}"
+            + (f": {last}" if last else "")
+            + ")",
+            hint="pass `--no-compile` to apply without bytecode",
+        )
+
+    def _compile(self, process: subprocess.Popen[str], entry: StoreEntry) -> Bytecode:
+        key = bytecode_key(entry.sha256, self.tag)
+        temp = Path(tempfile.mkdtemp(prefix=f".tmp-{key[:16]}-", dir=self.store))
+        try:
+            job = [f"{entry.path}/site", f"{temp}/site", sources(entry)]
+            try:
+                assert process.stdin is not None
+                process.stdin.write(json.dumps(job) + "\n")
+                process.stdin.flush()
+            except (OSError, ValueError):
+                raise self._broken(process, "it stopped") from None
+            rows = self._answer(process)
+            if not isinstance(rows, list):
+                raise self._broken(process, "it stopped")
+            return _complete(self.store, entry, self.tag, temp, rows)
+        finally:
             with contextlib.suppress(OSError):
                 remove_sealed(temp)
 
 
-def _run(
-    python: str, tag: str, group: Sequence[StoreEntry], temps: Mapping[str, Path]
-) -> list[list[list[object]]]:
-    """One compiling subprocess over ``group``: each entry's rows (see :data:`_SCRIPT`)."""
-    jobs = [[f"{e.path}/site", f"{temps[e.sha256]}/site", sources(e)] for e in group]
+def _stop(process: subprocess.Popen[str]) -> None:
+    with contextlib.suppress(OSError, ValueError):
+        if process.stdin is not None:
+            process.stdin.close()
     try:
-        done = subprocess.run(
-            [python, "-S", "-s", "-c", _SCRIPT],
-            input=json.dumps(jobs),
-            capture_output=True,
-            text=True,
-            check=False,
-            env=_child_env(),
-        )
-    except OSError as exc:
-        raise InstallError(f"cannot run {python} to compile bytecode: {exc}") from None
-    try:
-        answer = json.loads(done.stdout) if done.returncode == 0 else None
-    except ValueError:
-        answer = None
-    if not isinstance(answer, dict) or answer.get("tag") != tag:
-        last = (done.stderr.strip().splitlines() or ["no output"])[-1]
-        raise InstallError(
-            f"{python} did not compile bytecode for {tag} (exit {done.returncode}: {last})",
-            hint="pass `--no-compile` to apply without bytecode",
-        )
-    rows: list[list[list[object]]] = answer["done"]
-    if len(rows) != len(group):
-        raise InstallError(f"{python} compiled bytecode for {len(rows)} of {len(group)} wheels")
-    return rows
+        process.wait(timeout=10)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.wait()
 
 
 def _complete(

@@ -252,6 +252,81 @@ def unpack_all(
     return {sha: out[sha] for sha in wheels}
 
 
+class Unpacker:
+    """Wheels unpacked into the store as they arrive (:meth:`submit`, from any thread: a
+    download verified, a cached file found), by as many threads as there are CPUs, while the
+    rest still download: the pipeline of a cold apply. An entry already in the store is reused
+    while it is intact, as :func:`unpack_all` does; each entry, once complete, is handed to
+    ``then`` (the bytecode compiler: :class:`kvenv.env.bytecode.Compiler`)."""
+
+    def __init__(
+        self,
+        store: Path,
+        *,
+        protected: Iterable[str] = (),
+        record_waivers: Iterable[str] = (),
+        jobs: int = 8,
+        progress: Progress | None = None,
+        full_check: bool = False,
+        on_damaged: Callable[[str], None] | None = None,
+        then: Callable[[StoreEntry], None] | None = None,
+    ) -> None:
+        import threading
+        from concurrent.futures import Future, ThreadPoolExecutor
+
+        self.store = store
+        self.protected = tuple(protected)
+        self.waivers = tuple(record_waivers)
+        self.workers = _cpu_jobs(jobs)
+        self.progress = progress
+        self.full_check = full_check
+        self.on_damaged = on_damaged
+        self.then = then
+        self._lock = threading.Lock()
+        self._pool = ThreadPoolExecutor(self.workers, thread_name_prefix="kvenv-unpack")
+        self._futures: dict[str, Future[StoreEntry]] = {}
+
+    def submit(self, sha256: str, wheel: Path) -> None:
+        """Unpack ``wheel`` (verified to have ``sha256``) unless it is already under way."""
+        with self._lock:
+            if sha256 not in self._futures:
+                self._futures[sha256] = self._pool.submit(self._one, sha256, wheel)
+
+    def _one(self, sha256: str, wheel: Path) -> StoreEntry:
+        found = lookup(self.store, sha256)
+        if found is not None and not _intact(
+            found, full_check=self.full_check, on_damaged=self.on_damaged
+        ):
+            remove_sealed(found.path)
+            found = None
+        if found is None:
+            found = unpack(
+                self.store,
+                sha256,
+                wheel,
+                protected=self.protected,
+                record_waivers=self.waivers,
+                jobs=self.workers,
+                progress=self.progress,
+            )
+        if self.then is not None:
+            self.then(found)
+        return found
+
+    def results(self, wheels: Mapping[str, Path]) -> dict[str, StoreEntry]:
+        """Every wheel's entry (sha256 -> verified file; those not submitted yet are now),
+        in the wheels' order, once all are unpacked; the first failure is raised."""
+        for sha, path in sorted(wheels.items(), key=lambda kv: -_size(kv[1])):
+            self.submit(sha, path)
+        with self._lock:
+            futures = {sha: self._futures[sha] for sha in wheels}
+        return {sha: future.result() for sha, future in futures.items()}
+
+    def close(self) -> None:
+        """Wait for the unpacks under way; those not started are dropped."""
+        self._pool.shutdown(wait=True, cancel_futures=True)
+
+
 def _intact(
     entry: StoreEntry, *, full_check: bool, on_damaged: Callable[[str], None] | None
 ) -> bool:
