@@ -60,6 +60,8 @@ def main() -> int:
     parser.add_argument("--wheels", type=Path, required=True)
     parser.add_argument("--kvenv", type=Path, required=True)
     parser.add_argument("--import", dest="module", required=True)
+    parser.add_argument("--before", type=Path, help="another kvenv (the commit before) to time too")
+    parser.add_argument("--skip-import", action="store_true", help="time the applies only")
     parser.add_argument("--uv", default=shutil.which("uv"))
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--import-rounds", type=int, default=7)
@@ -78,12 +80,12 @@ def main() -> int:
 
     roots: dict[str, Path] = {}
 
-    def kvenv(label: str, *flags: str) -> tuple[list[str], dict[str, str]]:
+    def kvenv(label: str, *flags: str, exe: Path | None = None) -> tuple[list[str], dict[str, str]]:
         root = fresh("root")
         roots[label] = root
         env = dict(base, KVENV_ROOT=str(root), KVENV_CACHE_DIR=str(fresh("cache")))
         env["KVENV_PYTHON"] = python
-        return [str(args.kvenv), "apply", str(profile), *flags], env
+        return [str(exe or args.kvenv), "apply", str(profile), *flags], env
 
     targets: dict[str, Path] = {}
 
@@ -103,6 +105,8 @@ def main() -> int:
             ("kvenv apply (bytecode)", lambda: kvenv("compiled")),
             ("kvenv apply --no-compile", lambda: kvenv("plain", "--no-compile")),
         ]
+        if args.before:
+            jobs.append(("kvenv[before] apply", lambda: kvenv("before", exe=args.before)))
         if args.uv:
             jobs += [
                 ("uv --compile-bytecode", lambda: uv("compiled", "--compile-bytecode")),
@@ -121,7 +125,7 @@ def main() -> int:
     if args.uv:
         paths["uv --compile-bytecode target"] = str(targets["compiled"])
     imports: dict[str, list[tuple[float, float]]] = {}
-    for number in range(args.import_rounds):
+    for number in range(0 if args.skip_import else args.import_rounds):
         order = list(paths.items())
         if number % 2:
             order.reverse()

@@ -48,7 +48,7 @@ from kvenv.env.store import MARKER, StoreEntry
 from kvenv.errors import InstallError
 
 BYTECODE_FORMAT = 1
-KIND = "bytecode"
+BYTECODE_KIND = "bytecode"
 
 # Run by the host interpreter (``-S -s``: no site, no user site), standard library only, for
 # as long as kvenv feeds it: prints its cache tag, then reads one job per line (``[source root,
@@ -58,26 +58,34 @@ KIND = "bytecode"
 # the import system sets the real path when it loads them) and answers one line per job:
 # ``[[rel, pyc rel, sha256 b64, size], ...]``.
 _SCRIPT = r"""
-import base64, hashlib, importlib.util, json, py_compile, sys, warnings
+import base64, hashlib, importlib.util, json, marshal, os, sys, warnings
 warnings.simplefilter("ignore")  # a SyntaxWarning per odd escape: not kvenv's to report
 tag = sys.implementation.cache_tag
-mode = py_compile.PycInvalidationMode.UNCHECKED_HASH
+head = importlib.util.MAGIC_NUMBER + (0b01).to_bytes(4, "little")  # PEP 552: hash, unchecked
 print(json.dumps({"tag": tag}), flush=True)
+made = set()
 for line in sys.stdin:
     source_root, target_root, paths = json.loads(line)
     rows = []
     for rel in paths if tag else ():
         source = source_root + "/" + rel
         pyc = importlib.util.cache_from_source(source)[len(source_root) + 1:]
-        target = target_root + "/" + pyc
         try:
-            py_compile.compile(source, target, rel, True, invalidation_mode=mode)
-            with open(target, "rb") as stream:
+            with open(source, "rb") as stream:
                 data = stream.read()
+            code = compile(data, rel, "exec", dont_inherit=True)
         except Exception:
             continue
-        digest = base64.urlsafe_b64encode(hashlib.sha256(data).digest()).decode().rstrip("=")
-        rows.append([rel, pyc, digest, len(data)])
+        out = head + importlib.util.source_hash(data) + marshal.dumps(code)
+        target = target_root + "/" + pyc
+        directory = os.path.dirname(target)
+        if directory not in made:
+            os.makedirs(directory, exist_ok=True)
+            made.add(directory)
+        with open(target, "xb") as stream:
+            stream.write(out)
+        digest = base64.urlsafe_b64encode(hashlib.sha256(out).digest()).decode().rstrip("=")
+        rows.append([rel, pyc, digest, len(out)])
     print(json.dumps(rows), flush=True)
 """
 
@@ -156,7 +164,7 @@ def lookup_bytecode(store: Path, wheel_sha256: str, tag: str) -> Bytecode | None
         data = json.loads((path / MARKER).read_bytes())
         if (
             data["format"] != BYTECODE_FORMAT
-            or data["kind"] != KIND
+            or data["kind"] != BYTECODE_KIND
             or data["wheel"] != wheel_sha256
             or data["tag"] != tag
         ):
@@ -414,7 +422,7 @@ def _complete(
     key = bytecode_key(entry.sha256, tag)
     marker = {
         "format": BYTECODE_FORMAT,
-        "kind": KIND,
+        "kind": BYTECODE_KIND,
         "wheel": entry.sha256,
         "tag": tag,
         "record": record,

@@ -47,13 +47,13 @@ def _bytecode_damage(path: Path) -> Damage | None:
     are derived, so it is removed (``kvenv cache prune``) and compiled again, never checked."""
     import json
 
-    from kvenv.env.bytecode import KIND
+    from kvenv.env.bytecode import BYTECODE_KIND
 
     try:
         kind = json.loads((path / MARKER).read_bytes()).get("kind")
     except (OSError, ValueError, AttributeError):
         return None
-    broken = seal_problem(path) if kind == KIND else None
+    broken = seal_problem(path) if kind == BYTECODE_KIND else None
     if broken is None:
         return None
     return Damage("store", str(broken.path), f"bytecode entry: {broken.message}")
