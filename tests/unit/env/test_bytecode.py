@@ -194,3 +194,21 @@ def test_cache_verify_reports_a_tampered_bytecode_entry(tmp_path: Path) -> None:
     assert code is not None and cache_damage(where) == []
     _edit_in_place(code.path / "site" / PYC, b"\x00")
     assert [d.path for d in cache_damage(where)] == [str(code.path / "site" / PYC)]
+
+
+def test_a_module_that_does_not_compile_has_no_bytecode(tmp_path: Path) -> None:
+    """As with pip: a source the interpreter cannot compile (Python 2 test data) gets no .pyc,
+    the others of the wheel do, and the apply and verify succeed."""
+    from tests.support.applyenv import native_wheel, write_project
+    from tests.support.wheels import build_wheel
+
+    wheels = tmp_path / "proj" / "wheels"
+    odd = build_wheel(
+        wheels, "odd", "1.0", files={"odd/__init__.py": "X = 1\n", "odd/py2.py": "print 'old'\n"}
+    )
+    project = write_project(tmp_path / "proj", native=native_wheel(wheels), overlay=[odd])
+    where = locations(tmp_path)
+    manifest = _applied(project, where, fake_host_site(tmp_path))
+    pycache = Path(manifest.dirs.overlay) / "odd" / "__pycache__"
+    assert sorted(p.name for p in pycache.iterdir()) == [f"__init__.{TAG}.pyc"]
+    assert verify(manifest, None, locations=where) == []
