@@ -237,9 +237,10 @@ class Compiler:
         and sealed: then that is its result)."""
         import threading
 
-        if entry.sha256 in self._seen or not sources(entry):
-            return
-        self._seen.add(entry.sha256)
+        with self._lock:
+            if entry.sha256 in self._seen or not sources(entry):
+                return
+            self._seen.add(entry.sha256)
         found = self._reusable(entry)
         with self._lock:
             if found is not None:
@@ -312,9 +313,16 @@ class Compiler:
                     if process is None:
                         process = self._start()
                     found = self._compile(process, entry)
-                except InstallError as exc:
+                except Exception as exc:  # a full disk too: never a worker that stops silently
+                    failure = (
+                        exc
+                        if isinstance(exc, InstallError)
+                        else InstallError(
+                            f"compiling the bytecode of {entry.dist.name} failed: {exc}"
+                        )
+                    )
                     with self._lock:
-                        self._failed.append(exc)
+                        self._failed.append(failure)
                         self._busy -= 1
                         self._lock.notify_all()
                     return

@@ -212,3 +212,35 @@ def test_a_module_that_does_not_compile_has_no_bytecode(tmp_path: Path) -> None:
     pycache = Path(manifest.dirs.overlay) / "odd" / "__pycache__"
     assert sorted(p.name for p in pycache.iterdir()) == [f"__init__.{TAG}.pyc"]
     assert verify(manifest, None, locations=where) == []
+
+
+def test_an_interpreter_that_cannot_compile_leaves_a_warning_not_a_failure(
+    tmp_path: Path,
+) -> None:
+    """Bytecode is an optimisation: the host interpreter failing to compile (here: it exits
+    with an error as soon as it is handed the compiler) is a warning naming it and its last
+    error line; the generation is built without bytecode."""
+    wrapper = tmp_path / "brokenpython"
+    wrapper.write_text(
+        "#!/bin/sh\nfor last; do :; done\n"
+        'case "$last" in *sys.stdin*) echo "no room for bytecode" >&2; exit 3;; esac\n'
+        f"exec {sys.executable} -S -s -c "
+        "\"import sys; sys.implementation.cache_tag = 'cpython-398'\n"
+        '$last"\n'
+    )
+    wrapper.chmod(0o755)
+    project = standard_project(tmp_path / "proj")
+    where = locations(tmp_path)
+    site = fake_host_site(tmp_path)
+    result = apply(
+        project.loaded(), project.lock(), host_snapshot(site), where, jobs=2, python=str(wrapper)
+    )
+    assert result.status == "applied" and not result.repaired
+    assert any(
+        "did not compile bytecode for cpython-398" in w and "no room for bytecode" in w
+        for w in result.warnings
+    ), result.warnings
+    _, manifest = current_state(where)
+    assert manifest is not None
+    assert not list(Path(manifest.dirs.generation).rglob("*.pyc"))
+    assert verify(manifest, None, locations=where) == []
