@@ -286,3 +286,13 @@ def test_a_changed_pyc_takes_the_full_path_which_compiles_it_again(cli: Cli) -> 
     assert (code, cli.taken) == (0, "full"), (out, err)
     assert "compiled again" in err
     assert next((cli.tmp / "root2").glob(f"generations/*/{pyc}")).read_bytes() == original
+
+
+def test_no_compile_is_not_recalled_from_a_generation_with_bytecode(cli: Cli) -> None:
+    """``apply --no-compile`` into a new root is keyed apart from the recorded apply (it takes
+    the full path) and builds a generation without a single .pyc."""
+    env = dict(cli.env, KVENV_ROOT=str(cli.tmp / "root2"))
+    code, out, err = cli.run("apply", cli.profile, "--no-compile", env=env)
+    assert (code, cli.taken) == (0, "full"), (out, err)
+    assert not list((cli.tmp / "root2").rglob("*.pyc"))
+    assert list((cli.tmp / "root").rglob("*.pyc"))
