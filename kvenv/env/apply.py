@@ -467,8 +467,8 @@ class _Run:
         from kvenv.env.bytecode import Compiler
         from kvenv.env.store import Unpacker
 
-        tag = self._tag()
-        if self.options.compile and tag is not None:
+        tag = self._tag() if self.options.compile else None
+        if tag is not None:
             self.compiler = Compiler(
                 self.locations.store,
                 python=self.interpreter,
@@ -557,9 +557,9 @@ class _Run:
 
         if self.bytecode is None:
             self.bytecode = {}
-            tag = self._tag()
+            entries = self._unpacked()  # first: a failed pipeline is closed, its compiler too
+            tag = self._tag() if self.options.compile else None
             if self.compiler is not None:
-                entries = self._unpacked()
                 try:
                     self.bytecode = self.compiler.results(entries)
                 except InstallError as exc:
@@ -568,7 +568,7 @@ class _Run:
                 try:
                     self.bytecode = compile_entries(
                         self.locations.store,
-                        self._unpacked(),
+                        entries,
                         python=self.interpreter,
                         tag=tag,
                         jobs=self.options.jobs,
