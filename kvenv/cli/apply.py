@@ -98,6 +98,12 @@ def register(sub: Any) -> None:
             "--jobs", type=jobs_value, default=8, metavar="N", help="parallel downloads (1-256)"
         )
         p.add_argument(
+            "--no-compile",
+            action="store_true",
+            help="do not compile the wheels' modules to bytecode (by default each is compiled "
+            "once per store entry with the host interpreter)",
+        )
+        p.add_argument(
             "--keep",
             type=keep_value,
             metavar="N",
@@ -454,6 +460,7 @@ def cmd_apply(args: argparse.Namespace) -> int:
         on_wait=err,
         repair=args.repair,
         keep=keep,
+        compile=not args.no_compile,
     )
     try:
         result = apply(plan, options)

@@ -249,7 +249,7 @@ def _generation_key(
     key["places"] = [str(p) for p in places[2:]]  # the cache and where it came from
     # not the root; nor the tests' fault injection, which only stops the process
     key["env"] = _env_digest(but=("KVENV_ROOT", "KVENV_TEST_KILL_AT"))
-    key["flags"] = {k: getattr(args, k, None) for k in ("cache", "python", "keep")}
+    key["flags"] = {k: getattr(args, k, None) for k in ("cache", "python", "keep", "no_compile")}
     key["python_row"] = _python_row(python)
     key["sys_path"] = list(sys.path)
     bundle = getattr(args, "bundle", None)

@@ -74,7 +74,8 @@ from kvenv.model.profile import HfSource, PathSource, UrlSource
 from kvenv.model.snapshot import HostSnapshot
 
 if TYPE_CHECKING:  # the store and fetch are imported when a step needs them (start-up time)
-    from kvenv.env.store import GenerationLayout, LinkedLayer, StoreEntry
+    from kvenv.env.bytecode import Bytecode, Compiler
+    from kvenv.env.store import GenerationLayout, LinkedLayer, StoreEntry, Unpacker
     from kvenv.fetch.bundle import BundleInfo
     from kvenv.plan.make import Plan, PlanArtifact, StepName
 
@@ -104,6 +105,9 @@ class ApplyOptions:
     # How many finished generations to keep (the new one and the one current before it always;
     # then the newest others): kvenv.env.generations.keep_count.
     keep: int = DEFAULT_KEEP
+    # Compile each wheel's modules once per store entry with the host interpreter, so the
+    # generation carries bytecode (kvenv.env.bytecode); ``apply --no-compile`` turns it off.
+    compile: bool = True
 
 
 @attrs.frozen
@@ -431,12 +435,17 @@ class _Run:
     options: ApplyOptions
     files: dict[str, Path] = attrs.field(factory=dict)
     entries: dict[str, StoreEntry] | None = None
+    bytecode: dict[str, Bytecode] | None = None
+    # The pipeline: wheels unpacked as they arrive, each entry compiled once unpacked.
+    unpacker: Unpacker | None = None
+    compiler: Compiler | None = None
     generation: str | None = None
     native: LinkedLayer | None = None
     overlay: LinkedLayer | None = None
     manifest: Manifest | None = None
     switched: bool = False
     warnings: list[str] = attrs.field(factory=list)  # damaged cache or store entries replaced
+    notices: list[str] = attrs.field(factory=list)  # warnings that repaired nothing
 
     @property
     def loaded(self) -> LoadedProfile:
@@ -463,9 +472,12 @@ class _Run:
             "switch": self.switch,
             "write-shims": self.write_shims,
         }
-        for step in self.plan.steps:
-            steps[step.name]()
-            kill_point(step.name)
+        try:
+            for step in self.plan.steps:
+                steps[step.name]()
+                kill_point(step.name)
+        finally:
+            self._close_pipeline()
         root = self.locations.root
         previous = self.pointer.generation if self.pointer else None
         keep = {g for g in (self.generation, previous) if g}
@@ -484,7 +496,7 @@ class _Run:
             str(manifest_path(root, manifest.generation)) if manifest else None,
             removed,
             list(manifest.notes) if manifest else [],
-            self.warnings + (apply_warnings(manifest) if manifest else []),
+            self.warnings + self.notices + (apply_warnings(manifest) if manifest else []),
             tuple(layer for layer in (self.native, self.overlay) if layer is not None),
             bool(self.warnings),
         )
@@ -511,9 +523,53 @@ class _Run:
 
     # -- the steps ---------------------------------------------------------------------------
 
+    def _start_pipeline(self) -> None:
+        """Unpack each wheel as soon as it is verified (and compile it once unpacked) while
+        the others still download: :class:`kvenv.env.store.Unpacker`."""
+        from kvenv.env.bytecode import Compiler
+        from kvenv.env.store import Unpacker
+
+        tag = self._tag() if self.options.compile else None
+        if tag is not None:
+            self.compiler = Compiler(
+                self.locations.store,
+                python=self.interpreter,
+                tag=tag,
+                jobs=self.options.jobs,
+                full_check=self.options.repair,
+            )
+            self.compiler.on_damaged = self.warnings.append
+        self.unpacker = Unpacker(
+            self.locations.store,
+            protected=self.protected,
+            record_waivers=self.waivers,
+            jobs=self.options.jobs,
+            progress=self.options.progress,
+            full_check=self.options.repair,
+            on_damaged=self.warnings.append,
+            then=self.compiler.submit if self.compiler is not None else None,
+        )
+
+    def _close_pipeline(self) -> None:
+        if self.unpacker is not None:
+            self.unpacker.close()
+            self.unpacker = None
+        if self.compiler is not None:
+            self.compiler.close()
+            self.compiler = None
+
+    def _tag(self) -> str | None:
+        from kvenv.env.bytecode import cache_tag
+
+        python = self.plan.inputs.host.python
+        known = (python.implementation, python.version, python.executable)
+        return cache_tag(self.interpreter, known)
+
     def fetch(self, artifacts: list[PlanArtifact] | None = None) -> None:
         from kvenv.fetch.core import fetch_all
 
+        if artifacts is None and self.unpacker is None and self.entries is None:
+            self._start_pipeline()
         bundle = self.options.bundle
         self.files.update(
             fetch_all(
@@ -524,6 +580,7 @@ class _Run:
                 jobs=self.options.jobs,
                 progress=_fetch_progress(self.options.progress),
                 rehash_cached=self.options.repair,
+                on_ready=self.unpacker.submit if self.unpacker is not None else None,
             )
         )
 
@@ -539,14 +596,50 @@ class _Run:
 
         if self.entries is None:
             try:
-                self.entries = self._unpack_all()
+                if self.unpacker is not None:
+                    wheels = {a.sha256: self.files[a.sha256] for a in self.artifacts()}
+                    self.entries = self.unpacker.results(wheels)
+                else:
+                    self.entries = self._unpack_all()
             except KvenvError:
+                self._close_pipeline()
                 # A wheel that fails to unpack may be a cached file damaged in place (same
                 # size and mtime): re-hash the cached files; fetch the damaged ones again.
                 if not self._refetch_damaged():
                     raise
                 self.entries = self._unpack_all()
         return self.entries
+
+    def _compiled(self) -> dict[str, Bytecode]:
+        """The bytecode of every unpacked wheel for the host interpreter (compiled once per
+        store entry and cache tag: :mod:`kvenv.env.bytecode`); none with ``compile`` off, or
+        when the interpreter cannot compile (a warning: imports then compile from source)."""
+        from kvenv.env.bytecode import compile_entries
+        from kvenv.errors import InstallError
+
+        if self.bytecode is None:
+            self.bytecode = {}
+            entries = self._unpacked()  # first: a failed pipeline is closed, its compiler too
+            tag = self._tag() if self.options.compile else None
+            if self.compiler is not None:
+                try:
+                    self.bytecode = self.compiler.results(entries)
+                except InstallError as exc:
+                    self.notices.append(f"{exc.message}; the generation has no bytecode")
+            elif self.options.compile and tag is not None:
+                try:
+                    self.bytecode = compile_entries(
+                        self.locations.store,
+                        entries,
+                        python=self.interpreter,
+                        tag=tag,
+                        jobs=self.options.jobs,
+                        full_check=self.options.repair,
+                        on_damaged=self.warnings.append,
+                    )
+                except InstallError as exc:
+                    self.notices.append(f"{exc.message}; the generation has no bytecode")
+        return self.bytecode
 
     def _unpack_all(self) -> dict[str, StoreEntry]:
         from kvenv.env.store import unpack_all
@@ -618,6 +711,7 @@ class _Run:
         from kvenv.env.store import link_layer
 
         entries = self._unpacked()
+        bytecode = self._compiled()
         layout = self._layout(role)
         chosen = [entries[a.sha256] for a in self.artifacts(role)]
         if role == "native":
@@ -629,6 +723,7 @@ class _Run:
                 layer="native",
                 jobs=self.options.jobs,
                 progress=self.options.progress,
+                bytecode=bytecode,
             )
         return link_layer(
             chosen,
@@ -639,6 +734,7 @@ class _Run:
             jobs=self.options.jobs,
             allow_pth=[w.name for w in self.loaded.profile.overlay.allow_pth],
             progress=self.options.progress,
+            bytecode=bytecode,
         )
 
     def install_native(self) -> None:

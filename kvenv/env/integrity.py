@@ -30,7 +30,7 @@ def store_damage(store: Path, sha256: str) -> Damage | None:
     from its RECORD, a file was added or removed, or a mode changed)."""
     entry = lookup(store, sha256)
     if entry is None:
-        return None
+        return _bytecode_damage(store / sha256)
     broken = seal_problem(entry.path)
     if broken is None:
         return None
@@ -40,6 +40,23 @@ def store_damage(store: Path, sha256: str) -> Damage | None:
     if problems:
         return Damage("store", str(entry.path), f"store entry damaged: {problems[0]}")
     return None
+
+
+def _bytecode_damage(path: Path) -> Damage | None:
+    """A bytecode entry (:mod:`kvenv.env.bytecode`) whose seal is broken in any way: its bytes
+    are derived, so it is removed (``kvenv cache prune``) and compiled again, never checked."""
+    import json
+
+    from kvenv.env.bytecode import BYTECODE_KIND
+
+    try:
+        kind = json.loads((path / MARKER).read_bytes()).get("kind")
+    except (OSError, ValueError, AttributeError):
+        return None
+    broken = seal_problem(path) if kind == BYTECODE_KIND else None
+    if broken is None:
+        return None
+    return Damage("store", str(broken.path), f"bytecode entry: {broken.message}")
 
 
 def generation_damage(manifest: Manifest, locations: Locations) -> list[Damage]:

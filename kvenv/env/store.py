@@ -42,6 +42,7 @@ import zipfile
 import zlib
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import attrs
 
@@ -54,6 +55,9 @@ from kvenv.env.seal import record_problems, remove_sealed, reseal, seal, seal_pr
 from kvenv.env.wheelinstall import InstalledDist, install_wheel
 from kvenv.errors import InputError, InstallError, IntegrityError
 from kvenv.model import convert
+
+if TYPE_CHECKING:
+    from kvenv.env.bytecode import Bytecode
 
 MARKER = ".kvenv-store.json"
 # 2: the marker records the RECORD lies a waiver accepted (``record_waived``); an entry of
@@ -249,6 +253,81 @@ def unpack_all(
     return {sha: out[sha] for sha in wheels}
 
 
+class Unpacker:
+    """Wheels unpacked into the store as they arrive (:meth:`submit`, from any thread: a
+    download verified, a cached file found), by as many threads as there are CPUs, while the
+    rest still download: the pipeline of a cold apply. An entry already in the store is reused
+    while it is intact, as :func:`unpack_all` does; each entry, once complete, is handed to
+    ``then`` (the bytecode compiler: :class:`kvenv.env.bytecode.Compiler`)."""
+
+    def __init__(
+        self,
+        store: Path,
+        *,
+        protected: Iterable[str] = (),
+        record_waivers: Iterable[str] = (),
+        jobs: int = 8,
+        progress: Progress | None = None,
+        full_check: bool = False,
+        on_damaged: Callable[[str], None] | None = None,
+        then: Callable[[StoreEntry], None] | None = None,
+    ) -> None:
+        import threading
+        from concurrent.futures import Future, ThreadPoolExecutor
+
+        self.store = store
+        self.protected = tuple(protected)
+        self.waivers = tuple(record_waivers)
+        self.workers = _cpu_jobs(jobs)
+        self.progress = progress
+        self.full_check = full_check
+        self.on_damaged = on_damaged
+        self.then = then
+        self._lock = threading.Lock()
+        self._pool = ThreadPoolExecutor(self.workers, thread_name_prefix="kvenv-unpack")
+        self._futures: dict[str, Future[StoreEntry]] = {}
+
+    def submit(self, sha256: str, wheel: Path) -> None:
+        """Unpack ``wheel`` (verified to have ``sha256``) unless it is already under way."""
+        with self._lock:
+            if sha256 not in self._futures:
+                self._futures[sha256] = self._pool.submit(self._one, sha256, wheel)
+
+    def _one(self, sha256: str, wheel: Path) -> StoreEntry:
+        found = lookup(self.store, sha256)
+        if found is not None and not _intact(
+            found, full_check=self.full_check, on_damaged=self.on_damaged
+        ):
+            remove_sealed(found.path)
+            found = None
+        if found is None:
+            found = unpack(
+                self.store,
+                sha256,
+                wheel,
+                protected=self.protected,
+                record_waivers=self.waivers,
+                jobs=self.workers,
+                progress=self.progress,
+            )
+        if self.then is not None:
+            self.then(found)
+        return found
+
+    def results(self, wheels: Mapping[str, Path]) -> dict[str, StoreEntry]:
+        """Every wheel's entry (sha256 -> verified file; those not submitted yet are now),
+        in the wheels' order, once all are unpacked; the first failure is raised."""
+        for sha, path in sorted(wheels.items(), key=lambda kv: -_size(kv[1])):
+            self.submit(sha, path)
+        with self._lock:
+            futures = {sha: self._futures[sha] for sha in wheels}
+        return {sha: future.result() for sha, future in futures.items()}
+
+    def close(self) -> None:
+        """Wait for the unpacks under way; those not started are dropped."""
+        self._pool.shutdown(wait=True, cancel_futures=True)
+
+
 def _intact(
     entry: StoreEntry, *, full_check: bool, on_damaged: Callable[[str], None] | None
 ) -> bool:
@@ -378,6 +457,7 @@ def link_layer(
     jobs: int = 8,
     progress: Progress | None = None,
     allow_pth: Iterable[str] = (),
+    bytecode: Mapping[str, Bytecode] | None = None,
 ) -> LinkedLayer:
     """Build one layer (native or overlay) of a generation from store entries.
 
@@ -387,6 +467,8 @@ def link_layer(
     name order keeps it and the conflict is returned. A file of the directories shared with
     another layer that exists already with other bytes is an :class:`InstallError`. An
     overlay wheel with an executable ``.pth`` line is refused unless ``allow_pth`` names it.
+    ``bytecode`` (by wheel sha256: :mod:`kvenv.env.bytecode`) adds each wheel's ``.pyc``
+    files and takes its RECORD (with their rows) from the bytecode entry.
     """
     check_protected(entries, protected)
     check_record_waivers(entries, record_waivers)
@@ -396,25 +478,45 @@ def link_layer(
     site = bases["site"] + "/"
     plan: dict[str, _Source] = {}
     others: dict[str, list[_Source]] = {}
+    compiled = _compiled(entries, bytecode or {})
     for entry in entries:
+        own_record = f"{entry.dist.dist_info}/RECORD"
         # rewritten below with the scripts' real hashes
-        skip = f"{entry.dist.dist_info}/RECORD" if entry.dist.scripts else None
+        skip = own_record if entry.dist.scripts else None
+        code = compiled.get(id(entry))
         for record_path in entry.dist.files:
+            source = entry
             if record_path.startswith("../"):
                 dest = _destination_text(bases, record_path)
             elif record_path == skip:
                 continue
             else:
                 dest = site + record_path
+                if code is not None and record_path == own_record:
+                    source = code[0]  # the RECORD with the .pyc rows
             if dest in plan:
-                others.setdefault(dest, []).append((entry, record_path))
+                others.setdefault(dest, []).append((source, record_path))
             else:
-                plan[dest] = (entry, record_path)
+                plan[dest] = (source, record_path)
+        if code is not None:
+            holder, found = code
+            for pyc in found.pyc.values():
+                dest = site + pyc
+                if dest in plan:
+                    others.setdefault(dest, []).append((holder, pyc))
+                else:
+                    plan[dest] = (holder, pyc)
     conflicts = _resolve(plan, others, layer) if others else []
+    if compiled and conflicts:
+        # a .pyc follows its source (same winner, by name order): only the source's conflict
+        # is reported (kvenv.env.verify.shadowed_rows skips the loser's .pyc rows with it)
+        pycs = {pyc for _, code in compiled.values() for pyc in code.pyc.values()}
+        conflicts = [c for c in conflicts if c.file not in pycs]
     _drop_shared(plan, bases["site"])
     by_dir: dict[str, list[tuple[str, str]]] = {}
     scripts: list[tuple[StoreEntry, str, Path]] = []
     sources = {id(entry): f"{entry.path}/site/" for entry in entries}
+    sources.update({id(code): f"{code.path}/site/" for code, _ in compiled.values()})
     for dest, (entry, path) in plan.items():
         if path.startswith("../bin/"):
             scripts.append((entry, path, Path(dest)))
@@ -433,7 +535,8 @@ def link_layer(
     for entry in entries:
         record = layout.site / entry.dist.dist_info / "RECORD"
         if entry.dist.scripts:
-            _write_record(entry, record, rewritten)
+            code = compiled.get(id(entry))
+            _write_record(entry, record, rewritten, code[0] if code is not None else entry)
             records.append(str(record))
         digest = "sha256:" + hashlib.sha256(record.read_bytes()).hexdigest()
         out.append(attrs.evolve(entry.dist, record_digest=digest))
@@ -441,6 +544,19 @@ def link_layer(
     store = str(entries[0].path.parent) if entries else ""
     grouped = group_links(by_dir, store, str(layout.site.parent))
     return LinkedLayer(out, conflicts, grouped, made, records)
+
+
+def _compiled(
+    entries: Sequence[StoreEntry], bytecode: Mapping[str, Bytecode]
+) -> dict[int, tuple[StoreEntry, Bytecode]]:
+    """Each wheel entry's bytecode entry (as a source of files, and as recorded), by the
+    wheel entry's identity."""
+    out: dict[int, tuple[StoreEntry, Bytecode]] = {}
+    for entry in entries:
+        code = bytecode.get(entry.sha256)
+        if code is not None:
+            out[id(entry)] = (code.as_entry(entry), code)
+    return out
 
 
 def _resolve(
@@ -521,11 +637,14 @@ def _write_scripts(scripts: list[tuple[StoreEntry, str, Path]], python: str) -> 
     return rows
 
 
-def _write_record(entry: StoreEntry, record: Path, rewritten: Mapping[str, str]) -> None:
-    """The entry's RECORD with the rows of its scripts rewritten (their new hash and size);
+def _write_record(
+    entry: StoreEntry, record: Path, rewritten: Mapping[str, str], origin: StoreEntry
+) -> None:
+    """The entry's RECORD (as ``origin`` holds it: the wheel's entry, or its bytecode entry's
+    with the ``.pyc`` rows) with the rows of its scripts rewritten (their new hash and size);
     every other line is kept as it is, byte for byte (a script's row is the only one whose
     path starts with ``../``, or is quoted)."""
-    source = entry.source_of(f"{entry.dist.dist_info}/RECORD")
+    source = origin.source_of(f"{entry.dist.dist_info}/RECORD")
     lines = source.read_text(encoding="utf-8").splitlines()
     out = io.StringIO()
     writer = csv.writer(out, lineterminator="\n")

@@ -90,12 +90,28 @@ def shadowed(manifest: Manifest) -> list[str]:
     ]
 
 
+def _bytecode_stem(source: str) -> str:
+    """``pkg/__pycache__/mod.`` for the source ``pkg/mod.py``: what its ``.pyc`` files'
+    paths start with, for any cache tag."""
+    directory, _, name = source.rpartition("/")
+    prefix = directory + "/" if directory else ""
+    return f"{prefix}__pycache__/{name[:-3]}." if name.endswith(".py") else ""
+
+
+def _pyc_stem(pyc: str) -> str:
+    """``pkg/__pycache__/mod.`` for ``pkg/__pycache__/mod.cpython-311.pyc``."""
+    directory, _, name = pyc.rpartition("/")
+    prefix = directory + "/" if directory else ""
+    return prefix + name.split(".", 1)[0] + "."
+
+
 def verify_files(manifest: Manifest, *, jobs: int = 8) -> list[Drift]:
     """Every file of every distribution against its RECORD (less the entries a conflict's
     winner shadows), and each RECORD against the manifest's digest."""
     drifts: list[Drift] = []
     items: list[tuple[Path, str, str, str]] = []
     losers = {(c.layer, c.loser, c.file) for c in manifest.conflicts}
+    losers |= {(c.layer, c.loser, _bytecode_stem(c.file)) for c in manifest.conflicts}
     for dist in manifest.distributions:
         site = _layer_dir(manifest, dist.layer)
         record = site / dist.dist_info / "RECORD"
@@ -111,6 +127,8 @@ def verify_files(manifest: Manifest, *, jobs: int = 8) -> list[Drift]:
         for row in csv.reader(data.decode("utf-8").splitlines()):
             if len(row) != 3 or not row[1] or (dist.layer, dist.name, row[0]) in losers:
                 continue
+            if row[0].endswith(".pyc") and (dist.layer, dist.name, _pyc_stem(row[0])) in losers:
+                continue  # the bytecode of a shadowed source (kvenv.env.bytecode)
             algorithm, _, value = row[1].partition("=")
             if algorithm not in hashlib.algorithms_available:
                 continue

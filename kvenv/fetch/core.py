@@ -65,6 +65,7 @@ def fetch_all(
     find_links: Sequence[str] = (),
     rehash_cached: bool = False,
     timeout: float | None = None,
+    on_ready: Callable[[str, Path], None] | None = None,
 ) -> dict[str, Path]:
     """Return ``{sha256: verified file}`` for every artifact, downloading what is missing.
 
@@ -79,6 +80,11 @@ def fetch_all(
     returned then. ``progress(label, done_bytes, total_bytes)`` is called from worker threads.
     A download waits ``timeout`` seconds at most for each read (None: the HTTP client's
     default, :data:`kvenv.fetch.http.DEFAULT_TIMEOUT`).
+
+    Downloads start largest first (the longest ones overlap the most of the rest). Each
+    file is handed to ``on_ready(sha256, path)`` as soon as it is verified (a cached or
+    bundled one at once, a download when it is complete, from its worker thread), so the
+    caller can unpack it while the others still download.
     """
     if jobs < 1:
         raise UsageError(f"jobs must be at least 1, not {jobs}")
@@ -95,12 +101,15 @@ def fetch_all(
         ) or bundled.get(artifact.sha256)
         if hit is not None:
             results[artifact.sha256] = hit
+            if on_ready is not None:
+                on_ready(artifact.sha256, hit)
             if progress is not None:
                 size = hit.stat().st_size
                 progress(artifact.label, size, size)
         else:
             pending.append(artifact)
     _refuse_network(pending, offline=offline, bundle=bundle)
+    pending.sort(key=lambda a: -(a.size or 0))  # stable: the lock's order among equals
     results.update(
         _fetch_parallel(
             pending,
@@ -110,6 +119,7 @@ def fetch_all(
             index_urls=index_urls,
             find_links=find_links,
             timeout=timeout,
+            on_ready=on_ready,
         )
     )
     for artifact in wanted:
@@ -235,6 +245,7 @@ def _fetch_parallel(
     index_urls: Sequence[str],
     find_links: Sequence[str],
     timeout: float | None,
+    on_ready: Callable[[str, Path], None] | None = None,
 ) -> dict[str, Path]:
     if not pending:
         return {}
@@ -246,7 +257,8 @@ def _fetch_parallel(
     futures: dict[Future[Path], Artifact] = {}
     try:
         fetcher.prefetch(pending)
-        futures = {pool.submit(fetcher.fetch, artifact): artifact for artifact in pending}
+        fetch = fetcher.fetch if on_ready is None else _then(fetcher.fetch, on_ready)
+        futures = {pool.submit(fetch, artifact): artifact for artifact in pending}
         done, _ = wait(futures, return_when=FIRST_EXCEPTION)
         if any(f.exception() is not None for f in done):
             cancel.set()
@@ -275,6 +287,19 @@ def _fetch_parallel(
             raise type(first)(first.message, problems=[*first.problems, *extra], hint=first.hint)
         raise first
     return results
+
+
+def _then(
+    fetch: Callable[[Artifact], Path], on_ready: Callable[[str, Path], None]
+) -> Callable[[Artifact], Path]:
+    """``fetch`` that hands each verified file to ``on_ready`` before it returns it."""
+
+    def run(artifact: Artifact) -> Path:
+        path = fetch(artifact)
+        on_ready(artifact.sha256, path)
+        return path
+
+    return run
 
 
 class _Fetcher:

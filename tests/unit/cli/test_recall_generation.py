@@ -257,3 +257,42 @@ def test_a_wheel_with_data_files_is_recalled(tmp_path: Path) -> None:
     assert runner.taken == "quick", recalled
     assert _tree(tmp_path / "root2") == _tree(tmp_path / "root")
     assert next((tmp_path / "root2").glob("generations/*/data/share/withdata/readme.txt")).is_file()
+
+
+def test_the_recall_links_the_bytecode_too(cli: Cli) -> None:
+    """The recalled generation carries the store's bytecode (kvenv.env.bytecode): the same
+    sealed .pyc files, linked, and listed in the RECORD it links."""
+    import sys
+
+    pyc = f"overlay/helper/__pycache__/__init__.{sys.implementation.cache_tag}.pyc"
+    first = next((cli.tmp / "root").glob(f"generations/*/{pyc}"))
+    code, out, err = _into(cli, "root2")
+    assert (code, cli.taken) == (0, "quick"), (out, err)
+    recalled = next((cli.tmp / "root2").glob(f"generations/*/{pyc}"))
+    assert recalled.stat().st_ino == first.stat().st_ino
+
+
+def test_a_changed_pyc_takes_the_full_path_which_compiles_it_again(cli: Cli) -> None:
+    import sys
+
+    pyc = f"overlay/helper/__pycache__/__init__.{sys.implementation.cache_tag}.pyc"
+    installed = next((cli.tmp / "root").glob(f"generations/*/{pyc}"))
+    original = installed.read_bytes()
+    mode = stat.S_IMODE(installed.stat().st_mode)
+    os.chmod(installed, mode | stat.S_IWUSR)
+    installed.write_bytes(original[:16] + b"planted")  # the store's file too: a hard link
+    os.chmod(installed, mode)
+    code, out, err = _into(cli, "root2")
+    assert (code, cli.taken) == (0, "full"), (out, err)
+    assert "compiled again" in err
+    assert next((cli.tmp / "root2").glob(f"generations/*/{pyc}")).read_bytes() == original
+
+
+def test_no_compile_is_not_recalled_from_a_generation_with_bytecode(cli: Cli) -> None:
+    """``apply --no-compile`` into a new root is keyed apart from the recorded apply (it takes
+    the full path) and builds a generation without a single .pyc."""
+    env = dict(cli.env, KVENV_ROOT=str(cli.tmp / "root2"))
+    code, out, err = cli.run("apply", cli.profile, "--no-compile", env=env)
+    assert (code, cli.taken) == (0, "full"), (out, err)
+    assert not list((cli.tmp / "root2").rglob("*.pyc"))
+    assert list((cli.tmp / "root").rglob("*.pyc"))
