@@ -35,17 +35,9 @@ def _profile_arg(p: argparse.ArgumentParser) -> None:
 
 
 def _paths_args(p: argparse.ArgumentParser) -> None:
-    from kvenv.cli.options import path_value
+    from kvenv.cli.options import place_options
 
-    p.add_argument(
-        "--root",
-        type=path_value,
-        metavar="DIR",
-        help="runtime root (default: $KVENV_ROOT, [paths])",
-    )
-    p.add_argument(
-        "--cache", type=path_value, metavar="DIR", help="cache (default: $KVENV_CACHE_DIR, [paths])"
-    )
+    place_options(p)
 
 
 def python_arg(p: argparse.ArgumentParser) -> None:

@@ -50,3 +50,16 @@ def path_value(text: str) -> str:
             "an empty path is refused: give a path, or leave the option out"
         )
     return text
+
+
+def place_options(p: argparse.ArgumentParser) -> None:
+    """``--root`` and ``--cache``, as every command that acts on an applied root takes them."""
+    p.add_argument(
+        "--root",
+        type=path_value,
+        metavar="DIR",
+        help="runtime root (default: $KVENV_ROOT, [paths])",
+    )
+    p.add_argument(
+        "--cache", type=path_value, metavar="DIR", help="cache (default: $KVENV_CACHE_DIR, [paths])"
+    )

@@ -18,17 +18,9 @@ RUN_USAGE = "kvenv run [PROFILE] [--root DIR] [--cache DIR] [--manifest PATH] --
 
 def _common(p: argparse.ArgumentParser) -> None:
     p.add_argument("profile", nargs="?", metavar="PROFILE", help="name or .toml (default profile)")
-    from kvenv.cli.options import path_value
+    from kvenv.cli.options import place_options
 
-    p.add_argument(
-        "--root",
-        type=path_value,
-        metavar="DIR",
-        help="runtime root (default: $KVENV_ROOT, [paths])",
-    )
-    p.add_argument(
-        "--cache", type=path_value, metavar="DIR", help="cache (default: $KVENV_CACHE_DIR, [paths])"
-    )
+    place_options(p)
     p.add_argument("--manifest", metavar="PATH", help="a manifest instead of the current one")
 
 

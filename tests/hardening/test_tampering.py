@@ -122,8 +122,9 @@ def test_tampering_is_detected_and_repaired(tmp_path: Path, target: str, operati
 
 # Where a file is added (relative to the generation) and what it is: each would run, or be
 # importable, in every activated process. ``helper/__pycache__/evil...pyc`` has no listed
-# source of its name; ``helper/__pycache__/__init__...pyc`` (Python's own byte code of a listed
-# module) is the one unlisted file that is not damage.
+# source of its name; ``helper/__pycache__/__init__...opt-1.pyc`` (Python's own byte code of a
+# listed module, at an optimisation level kvenv's compiled bytecode does not cover) is the one
+# unlisted file that is not damage.
 ADDED = {
     "sitecustomize": ("overlay/sitecustomize.py", "print('ran')\n"),
     "pth": ("overlay/zz-added.pth", "import os; os.environ['ADDED'] = '1'\n"),
@@ -140,8 +141,8 @@ ADDED = {
 def test_a_file_added_to_a_generation_is_detected_and_repaired(tmp_path: Path, kind: str) -> None:
     project, where, host, manifest = _applied(tmp_path)
     generation = where.generations / manifest.generation
-    byte_code = generation / "overlay" / "helper" / "__pycache__" / "__init__.cpython-311.pyc"
-    byte_code.parent.mkdir()
+    byte_code = generation / "overlay" / "helper" / "__pycache__" / "__init__.cpython-311.opt-1.pyc"
+    byte_code.parent.mkdir(exist_ok=True)  # kvenv's own bytecode (kvenv.env.bytecode) is there
     byte_code.write_bytes(b"python's own")  # beside a listed module: not damage
     assert verify(manifest, host, locations=where) == []
     relative, text = ADDED[kind]
