@@ -59,10 +59,22 @@ def cmd_bundle(args: argparse.Namespace) -> int:
     return _make(args)
 
 
+def _gathering(args: argparse.Namespace) -> dict[str, Any]:
+    """Where both kinds of bundle gather their wheels from: the options they share."""
+    from kvenv.model.locations import given_path
+
+    return {
+        "cache": None if args.cache is None else given_path(args.cache, "--cache"),
+        "offline": args.offline,
+        "jobs": args.jobs,
+        "index_urls": args.index_url,
+        "find_links": args.find_links,
+    }
+
+
 def _make(args: argparse.Namespace) -> int:
     from kvenv.fetch.bundle import make_bundle
     from kvenv.model.loading import load_profile
-    from kvenv.model.locations import given_path
 
     loaded = load_profile(args.profile)
     progress = TerminalProgress("bundling", enabled=sys.stderr.isatty() and not args.json)
@@ -70,12 +82,8 @@ def _make(args: argparse.Namespace) -> int:
         info = make_bundle(
             loaded,
             Path(args.output),
-            cache=None if args.cache is None else given_path(args.cache, "--cache"),
-            offline=args.offline,
-            jobs=args.jobs,
             progress=progress,
-            index_urls=args.index_url,
-            find_links=args.find_links,
+            **_gathering(args),
         )
     finally:
         progress.close()
@@ -102,12 +110,8 @@ def _make_single_file(args: argparse.Namespace) -> int:
             loaded,
             given_path(args.single_file, "--single-file"),
             boot=_verifier_source(),
-            cache=None if args.cache is None else given_path(args.cache, "--cache"),
-            offline=args.offline,
-            jobs=args.jobs,
             progress=progress,
-            index_urls=args.index_url,
-            find_links=args.find_links,
+            **_gathering(args),
         )
     finally:
         progress.close()
