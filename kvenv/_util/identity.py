@@ -1,29 +1,56 @@
-"""What the records of the start-up paths (issue 13) are keyed by: a small file's sha256, a
-file's or directory's stat identity, and kvenv's own code. One definition for every record
-(profile facts, recalled answers, lock checks, host memo), standard library only.
+"""File identity and small-input hashing: the one definition every record and seal uses
+(the memo, :mod:`kvenv._util.memo`; the store's seals; the artifact cache; bundle seals),
+standard library only.
 
-- :func:`small_sha256`: the bytes of a small file (a profile, a pointer, a manifest, a marker),
-  read whole and hashed with CPython's own sha256 (:mod:`kvenv._util.smallhash`).
+- :func:`sha256_hex`: sha256 of small inputs (a profile, a pointer, a manifest, a record key)
+  with CPython's own sha256 module (``_sha2`` from 3.12, ``_sha256`` before): the same digests
+  as ``hashlib``, without loading OpenSSL (``import hashlib`` costs 2 to 3 ms at every start
+  of a command). Large files (wheels, bundles) are hashed by :mod:`kvenv._util.hashing`.
+- :func:`small_sha256`: the bytes of a small file, read whole and hashed.
 - :func:`stat_identity`: device, inode, size, mtime and ctime. A directory's mtime moves when an
   entry is added, removed or renamed in it; a file edited in place with its size and mtime set
   back still moves its ctime, which no user-level call can set.
 - :func:`stamp`: ``[path, *stat_identity]``, or ``[path, None]`` for a path that is not there.
-- :func:`code_identity`: kvenv's modules (the package root's and the named subpackages') by
-  path, size, mtime and inode: a record written by another kvenv (another rule) never matches.
-  kvenv run from a single-file bundle (a zip archive) is identified by the archive's stamp.
+- :func:`code_digest`: kvenv's code as a whole (every module by path, size, mtime and inode),
+  once per process: a record written by another kvenv (another rule) never matches. kvenv run
+  from a single-file bundle (a zip archive) is identified by the archive's stamp.
 """
 
 from __future__ import annotations
 
+import importlib
+import json
 import os
-
-from kvenv._util.smallhash import sha256_hex
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
+    from collections.abc import Callable
     from typing import Any
 
 _PACKAGE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+_SHA256: Callable[[bytes], Any] | None = None
+_CODE: str | None = None
+
+
+def _constructor() -> Callable[[bytes], Any]:
+    global _SHA256
+    if _SHA256 is None:
+        for name in ("_sha2", "_sha256"):
+            try:
+                _SHA256 = importlib.import_module(name).sha256
+                break
+            except (ImportError, AttributeError):
+                continue
+        else:
+            import hashlib
+
+            _SHA256 = hashlib.sha256
+    return _SHA256
+
+
+def sha256_hex(data: bytes) -> str:
+    """The sha256 of ``data``, as 64 lowercase hex characters (``hashlib.sha256``'s)."""
+    return str(_constructor()(data).hexdigest())
 
 
 def small_sha256(path: str | os.PathLike[str]) -> str | None:
@@ -50,14 +77,13 @@ def stamp(path: str) -> list[Any]:
     return [path, None] if identity is None else [path, *identity]
 
 
-def code_identity(*subpackages: str) -> list[list[Any]]:
-    """Every ``.py`` module directly in kvenv's package and in each of ``subpackages``
-    (every subpackage, recursively, when none is named), by path, size, mtime and inode."""
+def code_identity() -> list[list[Any]]:
+    """Every ``.py`` module of kvenv's package, recursively, by path, size, mtime and inode;
+    the archive's :func:`stamp` when kvenv runs from a single-file bundle."""
     archive = archive_stamp()
     if archive is not None:
         return [archive]
-    directories = [_PACKAGE, *(os.path.join(_PACKAGE, s) for s in subpackages)]
-    recursive = not subpackages
+    directories = [_PACKAGE]
     found: list[list[Any]] = []
     while directories:
         directory = directories.pop()
@@ -73,9 +99,17 @@ def code_identity(*subpackages: str) -> list[list[Any]]:
                 except OSError:
                     continue
                 found.append([entry.path, st.st_size, st.st_mtime_ns, st.st_ino])
-            elif recursive and entry.name != "__pycache__" and entry.is_dir():
+            elif entry.name != "__pycache__" and entry.is_dir():
                 directories.append(entry.path)
     return sorted(found)
+
+
+def code_digest() -> str:
+    """The sha256 of :func:`code_identity`, computed once per process."""
+    global _CODE
+    if _CODE is None:
+        _CODE = sha256_hex(json.dumps(code_identity()).encode("utf-8", "surrogateescape"))
+    return _CODE
 
 
 def archive_stamp() -> list[Any] | None:

@@ -19,7 +19,7 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from kvenv._util.smallhash import sha256_hex
+from kvenv._util.identity import sha256_hex
 
 if TYPE_CHECKING:
     from collections.abc import Callable

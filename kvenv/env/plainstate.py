@@ -41,7 +41,7 @@ import os
 from pathlib import Path
 
 from kvenv._util import jsonio
-from kvenv._util.smallhash import sha256_hex
+from kvenv._util.identity import sha256_hex
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:  # the start-up path imports no ``typing``

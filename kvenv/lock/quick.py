@@ -36,7 +36,7 @@ from typing import Any
 
 from kvenv._util import jsonio
 from kvenv._util.identity import code_identity, small_sha256, stat_identity
-from kvenv._util.smallhash import sha256_hex
+from kvenv._util.identity import sha256_hex
 
 CHECKS_DIR = "lock-checks-v1"
 INPUTS_DIR = "lock-inputs-v1"
@@ -58,7 +58,7 @@ def _key(
     if any(sha is None for _, sha in files):
         return None
     if code is None:
-        code = code_identity(*_CODE_DIRS)
+        code = code_identity()
     parts = [kind, __version__, code, str(Path.cwd()), files, list(extra)]
     return sha256_hex(json.dumps(parts).encode())[:32]
 
@@ -95,7 +95,7 @@ def observe(lock: Path, snapshot: Path | None) -> dict[str, Any]:
     check runs is recorded as it was, and the next run misses): the lock's and the snapshot's
     sha256 and kvenv's code. The other files it reads are added as :func:`identities`."""
     return {
-        "code": code_identity(*_CODE_DIRS),
+        "code": code_identity(),
         "lock": small_sha256(lock),
         "snapshot": None if snapshot is None else [str(snapshot), small_sha256(snapshot)],
         "read": [],
@@ -132,7 +132,7 @@ def recall_passed(
 ) -> dict[str, Any] | None:
     """What :func:`remember_passed` recorded for this check, while every input is unchanged
     and the profile (whose digest the facts record gives) is the one checked; else None."""
-    code = code_identity(*_CODE_DIRS)
+    code = code_identity()
     data = _read(base / CHECKS_DIR, _key("check", chain, [str(lock), str(at_hand_root)], code))
     if data is None:
         return None

@@ -35,7 +35,7 @@ from pathlib import Path
 
 from kvenv._util import jsonio
 from kvenv._util.identity import code_identity, small_sha256, stat_identity
-from kvenv._util.smallhash import sha256_hex
+from kvenv._util.identity import sha256_hex
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -199,7 +199,7 @@ def _record(loaded: LoadedProfile, here: Path, env: Mapping[str, str]) -> dict[s
     return {
         "files": [[str(p), sha] for p, sha in zip(chain, loaded.chain_sha256, strict=True)],
         "dirs": [[d, stat_identity(d)] for d in _lookup_dirs(chain, here, env)],
-        "code": code_identity("model"),
+        "code": code_identity(),
         "name": profile.name,
         "path": str(loaded.path),
         "origin": loaded.origin,
@@ -240,7 +240,7 @@ def cached_facts(
     here = cwd or Path.cwd()
     from kvenv.errors import KvenvError
 
-    code = code_identity("model")
+    code = code_identity()
     try:
         record = facts_dir(cache, env) / f"{_key(ref, here, env, code)}.json"
         data = jsonio.loads_json(record.read_bytes(), file=str(record))

@@ -1,4 +1,4 @@
-"""sha256 of small inputs without OpenSSL (kvenv._util.smallhash): the digests are
+"""sha256 of small inputs without OpenSSL (kvenv._util.identity): the digests are
 ``hashlib``'s, with CPython's own module and with the ``hashlib`` fallback, and importing it
 does not load ``hashlib``."""
 
@@ -12,8 +12,8 @@ from types import ModuleType
 
 import pytest
 
-from kvenv._util import smallhash
-from kvenv._util.smallhash import sha256_hex
+from kvenv._util import identity as smallhash
+from kvenv._util.identity import sha256_hex
 
 INPUTS = [b"", b"abc", bytes(range(256)) * 4099]
 
@@ -40,7 +40,7 @@ def test_without_cpythons_module_hashlib_is_used(monkeypatch: pytest.MonkeyPatch
 
 def test_openssl_is_not_loaded() -> None:
     code = (
-        "import sys; from kvenv._util.smallhash import sha256_hex; sha256_hex(b'x'); "
+        "import sys; from kvenv._util.identity import sha256_hex; sha256_hex(b'x'); "
         "print(sorted(m for m in ('hashlib', '_hashlib', 'typing') if m in sys.modules))"
     )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
