@@ -34,8 +34,10 @@ def loads_json(text: str | bytes, *, file: str) -> Any:
 def read_json(path: Path, *, what: str, missing_hint: str, invalid_hint: str | None = None) -> Any:
     """The parsed JSON at ``path``; a missing, unreadable, malformed or too deeply nested file
     is an InputError that names ``what`` it should have been."""
+    from kvenv._util import memo
+
     try:
-        text = path.read_text(encoding="utf-8-sig")  # a leading BOM skipped, as in tomlio
+        text = memo.read_bytes(path).decode("utf-8-sig")  # a leading BOM skipped, as in tomlio
     except FileNotFoundError:
         raise InputError(f"{what} not found: {path}", hint=missing_hint) from None
     except (OSError, UnicodeDecodeError) as exc:

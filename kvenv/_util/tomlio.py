@@ -54,6 +54,9 @@ def read_hashed(
         with path.open("rb") as stream:
             raw = stream.read() if max_bytes is None else stream.read(max_bytes + 1)
     except FileNotFoundError:
+        from kvenv._util import memo
+
+        memo.note("bytes", str(path), None)
         raise InputError(f"file not found: {path}") from None
     except IsADirectoryError:
         raise InputError(f"expected a file, found a directory: {path}") from None
@@ -68,9 +71,13 @@ def read_hashed(
         text = raw.decode("utf-8")
     except UnicodeDecodeError:
         raise InputError(f"not UTF-8 text: {path}", hint="TOML files are UTF-8") from None
-    import hashlib
+    from kvenv._util import memo
+    from kvenv._util.identity import sha256_hex
 
-    return loads(text, file=str(path)), hashlib.sha256(raw).hexdigest()
+    digest = sha256_hex(raw)
+    if max_bytes is None or len(raw) <= max_bytes:  # a capped read saw the whole file
+        memo.note("bytes", str(path), digest)
+    return loads(text, file=str(path)), digest
 
 
 def dumps(data: dict[str, Any]) -> str:

@@ -37,8 +37,7 @@ from pathlib import Path
 from typing import Any
 
 from kvenv._util import jsonio
-from kvenv._util.identity import code_identity, small_sha256
-from kvenv._util.identity import sha256_hex
+from kvenv._util.identity import code_identity, sha256_hex, small_sha256
 
 ANSWERS_DIR = "quick-state-v1"
 _KEEP_RECORDS = 64

@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING
 
 import attrs
 
-from kvenv._util import jsonio
+from kvenv._util import jsonio, memo
 from kvenv.env.manifest import MANIFEST_NAME, Manifest, Pointer, path_inside, read_manifest
 from kvenv.env.rootfiles import GENERATIONS as GENERATIONS
 from kvenv.env.rootfiles import POINTER_NAME as POINTER_NAME
@@ -138,7 +138,7 @@ def is_owned(root: Path) -> bool:
 def _read_marker(root: Path) -> dict[str, object]:
     try:
         data = jsonio.loads_json(
-            (root / ROOT_MARKER).read_text(encoding="utf-8"), file=f"{root}/{ROOT_MARKER}"
+            memo.read_bytes(root / ROOT_MARKER).decode("utf-8"), file=f"{root}/{ROOT_MARKER}"
         )
     except (OSError, ValueError):
         return {}
@@ -298,6 +298,7 @@ def manifest_path(root: Path, generation: str) -> Path:
 def list_generations(locations: Locations) -> list[str]:
     """The generation directories of the root, oldest first."""
     base = locations.generations
+    memo.note("listing", str(base))
     if not base.is_dir():
         return []
     return sorted(p.name for p in base.iterdir() if p.is_dir() and _is_generation_id(p.name))
@@ -334,7 +335,7 @@ def read_pointer(root: Path) -> Pointer | None:
     """The current-generation pointer of ``root``, or None when nothing was applied."""
     path = root / POINTER_NAME
     try:
-        data = jsonio.loads_json(path.read_text(encoding="utf-8"), file=str(path))
+        data = jsonio.loads_json(memo.read_bytes(path).decode("utf-8"), file=str(path))
     except FileNotFoundError:
         return None
     except (OSError, ValueError) as exc:

@@ -100,7 +100,9 @@ def file_sha256(path: Path) -> str | None:
     import hashlib
 
     try:
-        return hashlib.sha256(path.read_bytes()).hexdigest()
+        from kvenv._util import memo
+
+        return hashlib.sha256(memo.read_bytes(path)).hexdigest()
     except FileNotFoundError:
         return None
 

@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING
 
 import attrs
 
+from kvenv._util import memo
 from kvenv.errors import LockError, Problem
 
 if TYPE_CHECKING:  # the no-op apply hashes the lock file without parsing it (start-up time)
@@ -34,7 +35,7 @@ def lock_digest_of(data: bytes) -> str:
 def file_digest(path: Path) -> str | None:
     """:func:`lock_digest_of` the file at ``path``, or None when it cannot be read."""
     try:
-        return lock_digest_of(path.read_bytes())
+        return lock_digest_of(memo.read_bytes(path))
     except OSError:
         return None
 
@@ -49,7 +50,7 @@ def read_lock_input(path: Path, *, profile: LoadedProfile | None = None) -> Lock
     from kvenv.lock.pylock import read_lock
 
     try:
-        data = path.read_bytes()
+        data = memo.read_bytes(path)
     except FileNotFoundError:
         name = profile.profile.name if profile is not None else "PROFILE"
         problems = (

@@ -35,8 +35,7 @@ from pathlib import Path
 from typing import Any
 
 from kvenv._util import jsonio
-from kvenv._util.identity import code_identity, small_sha256, stat_identity
-from kvenv._util.identity import sha256_hex
+from kvenv._util.identity import code_identity, sha256_hex, small_sha256, stat_identity
 
 CHECKS_DIR = "lock-checks-v1"
 INPUTS_DIR = "lock-inputs-v1"

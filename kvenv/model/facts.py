@@ -34,8 +34,7 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from kvenv._util import jsonio
-from kvenv._util.identity import code_identity, small_sha256, stat_identity
-from kvenv._util.identity import sha256_hex
+from kvenv._util.identity import code_identity, sha256_hex, small_sha256, stat_identity
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:

@@ -36,8 +36,7 @@ import sys
 from collections.abc import Iterator, Mapping
 from typing import Any
 
-from kvenv._util.identity import small_sha256, stamp, stat_identity
-from kvenv._util.identity import sha256_hex
+from kvenv._util.identity import sha256_hex, small_sha256, stamp, stat_identity
 
 MEMO_VERSION = 1
 # Programs whose answer is a function of files: (program name, argv tail) -> files it reads.
