@@ -32,6 +32,7 @@ from kvenv.model.profile import HfSource, IndexSource, UrlSource
 from kvenv.plan.artifacts import Artifact, url_filename, verify_wheel_identity
 
 if TYPE_CHECKING:
+    from kvenv.fetch.http import Connections as _Connections
     from kvenv.fetch.locate import Locator as _Locator
 
 ATTEMPTS = 3
@@ -250,10 +251,13 @@ def _fetch_parallel(
     if not pending:
         return {}
     cancel = threading.Event()
-    fetcher = _Fetcher(store, cancel, progress, tuple(index_urls), tuple(find_links), timeout)
+    workers = min(jobs, len(pending))
+    fetcher = _Fetcher(
+        store, cancel, progress, tuple(index_urls), tuple(find_links), timeout, workers
+    )
     results: dict[str, Path] = {}
     errors: list[KvenvError] = []
-    pool = ThreadPoolExecutor(max_workers=min(jobs, len(pending)), thread_name_prefix="kvenv")
+    pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="kvenv")
     futures: dict[Future[Path], Artifact] = {}
     try:
         fetcher.prefetch(pending)
@@ -311,6 +315,7 @@ class _Fetcher:
         index_urls: tuple[str, ...],
         find_links: tuple[str, ...],
         timeout: float | None,
+        workers: int = 1,
     ) -> None:
         self.store = store
         self.cancel = cancel
@@ -318,8 +323,11 @@ class _Fetcher:
         self.index_urls = index_urls
         self.find_links = find_links
         self.timeout = timeout
+        self.workers = workers
         self._locator: _Locator | None = None
         self._locator_lock = threading.Lock()
+        self._connections: _Connections | None = None
+        self._connections_lock = threading.Lock()
 
     def prefetch(self, pending: Sequence[Artifact]) -> None:
         """Ask the index for the page of every project whose wheel must be located, at once."""
@@ -335,12 +343,27 @@ class _Fetcher:
                 from kvenv.lock.cache import IndexCache
 
                 urls, links = self._index()
-                self._locator = Locator(urls, links, IndexCache(self.store.root))
+                self._locator = Locator(
+                    urls, links, IndexCache(self.store.root), connections=self.connections()
+                )
             return self._locator
+
+    def connections(self) -> _Connections:
+        """The pooled HTTP client of this fetch, shared by its page lookups and downloads:
+        room for every download worker and every page lookup in flight at once."""
+        with self._connections_lock:
+            if self._connections is None:
+                from kvenv.fetch.http import POOL, Connections  # not imported offline
+                from kvenv.fetch.locate import WORKERS
+
+                self._connections = Connections(max(POOL, self.workers + WORKERS))
+            return self._connections
 
     def close(self) -> None:
         if self._locator is not None:
             self._locator.close()
+        if self._connections is not None:
+            self._connections.close()
 
     def fetch(self, artifact: Artifact) -> Path:
         if self.cancel.is_set():
@@ -432,6 +455,7 @@ class _Fetcher:
                         timeout=http.DEFAULT_TIMEOUT if self.timeout is None else self.timeout,
                         cancel=self.cancel,
                         progress=self._report(artifact.label),
+                        connections=self.connections(),
                     )
                     sink.check(artifact.sha256, artifact.size)
                 return self._commit(part, artifact, filename)

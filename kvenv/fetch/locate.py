@@ -33,8 +33,9 @@ from packaging.utils import canonicalize_name
 from kvenv._util.redact import redact_url
 from kvenv._util.urls import check_url
 from kvenv.errors import FetchError, IntegrityError
+from kvenv.fetch.http import Connections
 from kvenv.lock.cache import IndexCache
-from kvenv.lock.pages import Found, Pages, new_session
+from kvenv.lock.pages import Found, Pages
 from kvenv.lock.pagescan import scan_files
 
 WORKERS = 16  # page requests in flight at once (small responses: latency-bound)
@@ -50,7 +51,8 @@ class FileListing:
 
 class Locator:
     """Finds portable-lock wheels on ``index_urls`` and ``find_links`` (see the module's
-    docstring); thread-safe. ``close`` when done."""
+    docstring); thread-safe. Pages are asked for over ``connections`` (the run's downloads
+    share them; None: a pool of its own). ``close`` when done."""
 
     def __init__(
         self,
@@ -59,6 +61,7 @@ class Locator:
         cache: IndexCache,
         *,
         workers: int = WORKERS,
+        connections: Connections | None = None,
     ) -> None:
         for url in index_urls:
             check_url(url, what="index URL")
@@ -71,19 +74,16 @@ class Locator:
         self._pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="kvenv-locate")
         self._jobs: dict[str, Future[Found | None]] = {}
         self._lock = threading.Lock()
-        self._client: Any = None
-        self._client_lock = threading.Lock()
+        self._connections = connections or Connections(workers)
+        self._own = connections is None
 
     def _session(self) -> Any:
-        with self._client_lock:
-            if self._client is None:
-                self._client = new_session()
-            return self._client
+        return self._connections.client()
 
     def close(self) -> None:
         self._pool.shutdown(wait=True, cancel_futures=True)
-        if self._client is not None:
-            self._client.close()
+        if self._own:
+            self._connections.close()
 
     # pages, one request each at most -------------------------------------------------------
     def _page(self, url: str) -> Future[Found | None]:

@@ -30,13 +30,14 @@ ACCEPT = (
 JSON_PAGE = "application/vnd.pypi.simple.v1+json"
 
 
-def new_session() -> Any:
-    """The HTTP client for index pages (unearth's, on httpx2: pooled keep-alive connections,
+def new_session(connections: int = 32) -> Any:
+    """The HTTP client for index pages and downloads (unearth's, on httpx2: pooled keep-alive
+    connections, at most ``connections`` open at once and kept open between requests,
     compressed transfers, the environment's proxies and certificates)."""
     import httpx2
     from unearth.fetchers.sync import PyPIClient
 
-    limits = httpx2.Limits(max_connections=32, max_keepalive_connections=32)
+    limits = httpx2.Limits(max_connections=connections, max_keepalive_connections=connections)
     return PyPIClient(timeout=60.0, limits=limits)
 
 
