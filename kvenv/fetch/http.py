@@ -35,6 +35,7 @@ MAX_REDIRECTS = 10
 # Connections kept open at most: one per download worker and per page lookup in flight
 # (``Connections(size)`` raises it for a larger ``--jobs``), so no request waits for the pool.
 POOL = 32
+SMALL_BODY = 64 * 1024  # a redirect's or an error's body read to keep its connection open
 HEADERS = {"User-Agent": f"kvenv/{__version__}", "Accept-Encoding": "identity"}
 
 
@@ -135,7 +136,7 @@ def _open(client: Any, url: str, timeout: float) -> Any:
         response = client.send(request, stream=True, follow_redirects=False)
         if not response.has_redirect_location:
             break
-        response.close()
+        _finish(response)
         following = response.next_request
         if following is None:  # a Location that is not a URL
             raise FetchError(
@@ -158,10 +159,18 @@ def _open(client: Any, url: str, timeout: float) -> Any:
         )
     status = int(response.status_code)
     if status >= 400:
-        response.close()
+        _finish(response)
         cls = TransientFetchError if status >= 500 or status in (408, 429) else FetchError
         raise cls(f"download failed: HTTP {status} {response.reason_phrase} for {redact_url(url)}")
     return response
+
+
+def _finish(response: Any) -> None:
+    """Close ``response``, reading a small body first so its connection can be reused."""
+    length = _content_length(response.headers.get("Content-Length"))
+    if length is not None and length <= SMALL_BODY:
+        response.read()
+    response.close()
 
 
 def _stream(

@@ -45,7 +45,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 from urllib.parse import unquote, urlsplit
 
 import attrs
@@ -74,6 +74,16 @@ def _digest(token: str) -> str:
     return hashlib.sha256(token.encode()).hexdigest()
 
 
+class _CountingServer(ThreadingHTTPServer):
+    """A threading HTTP server that counts the connections it accepts."""
+
+    accepted = 0
+
+    def process_request(self, request: Any, client_address: Any) -> None:
+        self.accepted += 1  # called from the serving thread only
+        super().process_request(request, client_address)
+
+
 class HubServer:
     """The server. Use as a context manager, or through the ``hub_server`` fixture."""
 
@@ -84,7 +94,7 @@ class HubServer:
         self._tamper: dict[str, Tamper] = {}
         self._lock = threading.Lock()
         self.requests: list[Seen] = []
-        self._httpd = ThreadingHTTPServer(("127.0.0.1", 0), _handler_for(self))
+        self._httpd = _CountingServer(("127.0.0.1", 0), _handler_for(self))
         self._httpd.daemon_threads = True
         self._thread = threading.Thread(
             target=self._httpd.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True
@@ -147,6 +157,11 @@ class HubServer:
         with self._lock:
             self._redirects[path] = (code, location)
         return self.url + path
+
+    @property
+    def connections(self) -> int:
+        """How many TCP connections clients opened to the server so far."""
+        return self._httpd.accepted
 
     def count(self, method: str | None = None, contains: str = "") -> int:
         with self._lock:

@@ -171,6 +171,52 @@ def test_many_small_wheels_in_parallel(server: HubServer, tmp_path: Path) -> Non
     assert server.count("GET") == 24
 
 
+def test_downloads_reuse_pooled_connections(server: HubServer, tmp_path: Path) -> None:
+    served = [_served(server, tmp_path, f"pool{i:02d}") for i in range(12)]
+    got = fetch_all([a for a, _ in served], cache=tmp_path / "cache", jobs=3)
+    for artifact, data in served:
+        assert got[artifact.sha256].read_bytes() == data
+    assert server.count("GET") == 12
+    # three workers keep their connections open between files: 12 files, at most 3 handshakes
+    assert 1 <= server.connections <= 3
+
+
+def test_redirects_reuse_the_connection_and_stop_after_ten(
+    server: HubServer, tmp_path: Path
+) -> None:
+    artifact, data = _served(server, tmp_path, "alpha")
+    assert isinstance(artifact.source, str)
+    first = server.add_redirect("/hop/1", "/hop/2")  # a relative Location
+    server.add_redirect("/hop/2", artifact.source)
+    got = fetch_all([attrs.evolve(artifact, source=first)], cache=tmp_path / "cache")
+    assert got[artifact.sha256].read_bytes() == data
+    assert server.count("GET") == 3 and server.connections == 1
+    loop = server.add_redirect("/loop/alpha.whl", "/loop/alpha.whl")
+    with pytest.raises(FetchError, match="more than 10 redirects"):
+        fetch_all([attrs.evolve(artifact, source=loop)], cache=tmp_path / "cache2")
+    assert server.count("GET", "/loop/") == 11
+
+
+def test_credentials_in_a_url_never_reach_a_message(server: HubServer, tmp_path: Path) -> None:
+    url = server.url.replace("http://", "http://user:s3cret@") + "/nope/a-1.0-py3-none-any.whl"
+    artifact = Artifact("a", "1.0", "a-1.0-py3-none-any.whl", "1" * 64, None, "overlay", url)
+    with pytest.raises(FetchError, match="HTTP 404") as info:
+        fetch_all([artifact], cache=tmp_path / "cache")
+    assert "s3cret" not in str(info.value) and "user" not in info.value.message
+
+
+def test_unreachable_server_is_a_transient_error_without_traceback(tmp_path: Path) -> None:
+    import socket
+
+    with socket.socket() as probe:  # a port nobody listens on
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    url = f"http://127.0.0.1:{port}/a-1.0-py3-none-any.whl"
+    artifact = Artifact("a", "1.0", "a-1.0-py3-none-any.whl", "1" * 64, None, "overlay", url)
+    with allow_loopback_http(), pytest.raises(FetchError, match=r"download failed: .*refused"):
+        fetch_all([artifact], cache=tmp_path / "cache")
+
+
 def test_one_bad_artifact_fails_the_whole_fetch(server: HubServer, tmp_path: Path) -> None:
     served = [_served(server, tmp_path, f"pkg{i}") for i in range(6)]
     bad = attrs.evolve(served[3][0], sha256="2" * 64)
