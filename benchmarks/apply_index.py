@@ -5,7 +5,7 @@ alternating (issue 25). Several kvenv installs (e.g. the commit before a change 
 are timed side by side: ``--kvenv LABEL=PATH`` once per install.
 
     python benchmarks/apply_index.py --kvenv after=.venv/bin/kvenv [--kvenv before=...]
-        [--require jupyterlab | --lock PYLOCK] [--uv UV] [--rounds 3] [--out PATH.json]
+        [--require jupyterlab | --lock PYLOCK] [--uv UV] [--pip] [--rounds 3] [--out PATH.json]
 
 ``--lock`` times the locate phase alone on an existing portable lock (e.g. a vLLM closure's).
 
@@ -20,7 +20,9 @@ over an empty host snapshot; it is locked once with the first kvenv against the 
 - ``apply``: ``kvenv apply PROFILE`` into a new root with an empty cache (native from its path,
   every overlay wheel located and downloaded, verified, unpacked, linked); uv: ``uv pip install
   --no-deps --target T --require-hashes -r REQS`` with an empty cache, REQS holding the same
-  ``name==version --hash=sha256:…`` pins and the native wheel's path.
+  ``name==version --hash=sha256:…`` pins and the native wheel's path; with ``--pip``, also
+  ``pip install --no-deps --target T --require-hashes -r REQS`` with an empty cache (pip
+  compiles bytecode, as kvenv does; uv does not by default).
 
 Index environment variables are cleared for every tool (the default index). Medians of wall
 and CPU (user + sys of the child) are reported, with ratios. Run from the repository root.
@@ -95,7 +97,9 @@ def _groups(results: dict[str, dict[str, Any]], key: str) -> dict[str, dict[str,
     out: dict[str, dict[str, float]] = {}
     for name, row in results.items():
         phase, _, tool = name.partition(" ")
-        out.setdefault("locate" if phase == "locate" else "apply cold", {})[tool] = row[key]
+        group = {"locate": "locate", "apply-nocompile": "apply cold, no bytecode"}.get(phase)
+        group = group or {"apply-compile": "apply cold, bytecode"}.get(phase, "apply cold")
+        out.setdefault(group, {})[tool] = row[key]
     return out
 
 
@@ -111,6 +115,12 @@ def main() -> int:
     parser.add_argument("--kvenv", action="append", required=True, metavar="LABEL=PATH")
     parser.add_argument("--require", default="jupyterlab")
     parser.add_argument("--uv", default=shutil.which("uv"))
+    parser.add_argument("--pip", action="store_true", help="time pip install --target too")
+    parser.add_argument(
+        "--both-bytecode",
+        action="store_true",
+        help="also kvenv apply --no-compile and uv pip install --compile-bytecode",
+    )
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--tmp", type=Path)
     parser.add_argument(
@@ -171,12 +181,30 @@ def main() -> int:
                     KVENV_ROOT=str(fresh("root")), KVENV_CACHE_DIR=str(fresh("kc")), KVENV_PYTHON=py
                 )
                 jobs.append((f"apply kvenv[{label}]", [str(kvenv), "apply", str(profile)], env))
+                if args.both_bytecode:
+                    env = _env(
+                        KVENV_ROOT=str(fresh("root")),
+                        KVENV_CACHE_DIR=str(fresh("kc")),
+                        KVENV_PYTHON=py,
+                    )
+                    argv = [str(kvenv), "apply", "--no-compile", str(profile)]
+                    jobs.append((f"apply-nocompile kvenv[{label}]", argv, env))
+        if args.pip:
+            pip = [sys.executable, "-m", "pip", "install", "--no-deps", "--target",
+                   str(fresh("pipt")), "--cache-dir", str(fresh("pipc")), "--require-hashes",
+                   "--quiet", "--disable-pip-version-check", "-r", str(reqs)]  # fmt: skip
+            jobs.append(("apply pip", pip, _env()))
         if args.uv:
             uv = [args.uv, "pip", "install", "--no-deps", "--target", str(fresh("uvt")),
                   "--cache-dir", str(fresh("uvc")), "--python", sys.executable,
                   "--require-hashes", "--link-mode", "hardlink", "--quiet",
                   "-r", str(reqs)]  # fmt: skip
             jobs.append(("apply uv", uv, _env()))
+            if args.both_bytecode:
+                uvc = [*uv[:3], "--compile-bytecode", *uv[3:]]
+                uvc[uvc.index("--target") + 1] = str(fresh("uvt"))
+                uvc[uvc.index("--cache-dir") + 1] = str(fresh("uvc"))
+                jobs.append(("apply-compile uv", uvc, _env()))
         if number % 2:
             jobs.reverse()
         for name, command, env in jobs:
@@ -192,12 +220,16 @@ def main() -> int:
         for name, values in samples.items()
     }
     ratios = {}
-    uv_row = results.get("apply uv")
-    for label in kvenvs:
-        mine = results.get(f"apply kvenv[{label}]")
-        if uv_row and mine:
-            ratios[f"apply kvenv[{label}]/uv wall"] = round(mine["wall_s"] / uv_row["wall_s"], 2)
-            ratios[f"apply kvenv[{label}]/uv cpu"] = round(mine["cpu_s"] / uv_row["cpu_s"], 2)
+    pairs = [("apply", "apply", "uv"), ("apply", "apply", "pip")]
+    pairs += [("apply", "apply-compile", "uv"), ("apply-nocompile", "apply", "uv")]
+    for mine_kind, other_kind, other in pairs:
+        row = results.get(f"{other_kind} {other}")
+        for label in kvenvs:
+            mine = results.get(f"{mine_kind} kvenv[{label}]")
+            if row and mine:
+                key = f"{mine_kind} kvenv[{label}]/{other_kind} {other}"
+                ratios[f"{key} wall"] = round(mine["wall_s"] / row["wall_s"], 2)
+                ratios[f"{key} cpu"] = round(mine["cpu_s"] / row["cpu_s"], 2)
     data = {
         "benchmark": "apply-index",
         "what": "cold kvenv apply of a portable lock from the default index vs uv pip install "

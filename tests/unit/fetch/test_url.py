@@ -205,6 +205,18 @@ def test_credentials_in_a_url_never_reach_a_message(server: HubServer, tmp_path:
     assert "s3cret" not in str(info.value) and "user" not in info.value.message
 
 
+def test_credentials_go_to_their_host_only(server: HubServer, tmp_path: Path) -> None:
+    artifact, data = _served(server, tmp_path, "alpha")
+    assert isinstance(artifact.source, str)
+    with HubServer() as first:
+        moved = first.add_redirect("/a/alpha.whl", artifact.source)  # another origin
+        url = moved.replace("http://", "http://user:s3cret@")
+        got = fetch_all([attrs.evolve(artifact, source=url)], cache=tmp_path / "cache")
+        assert got[artifact.sha256].read_bytes() == data
+        assert [seen.had_auth for seen in first.requests] == [True]
+    assert [seen.had_auth for seen in server.requests] == [False]
+
+
 def test_unreachable_server_is_a_transient_error_without_traceback(tmp_path: Path) -> None:
     import socket
 
