@@ -6,7 +6,8 @@ datasets) with ``X-Repo-Commit``, ``ETag``, ``X-Linked-Etag``/``X-Linked-Size`` 
 ``Content-Length``, ``Accept-Ranges`` and ``Range`` requests; 404 with the ``X-Error-Code`` the
 client maps to its errors (``RepoNotFound``, ``RevisionNotFound``, ``EntryNotFound``) and 401
 for a private repository asked without its token. It also serves plain files and redirects
-(``add_static``, ``add_redirect``) for URL-source tests. It binds 127.0.0.1 on a random port.
+(``add_static``, ``add_redirect``) for URL-source tests. It binds 127.0.0.1 on a random port
+(``HubServer(tls=context)`` serves https) and counts the connections made to it.
 
 Usage (the ``hub_server`` fixture below does all of this)::
 
@@ -40,6 +41,7 @@ The fixture:
 from __future__ import annotations
 
 import hashlib
+import ssl
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -87,7 +89,7 @@ class _CountingServer(ThreadingHTTPServer):
 class HubServer:
     """The server. Use as a context manager, or through the ``hub_server`` fixture."""
 
-    def __init__(self) -> None:
+    def __init__(self, tls: ssl.SSLContext | None = None) -> None:
         self._repos: dict[tuple[str, str], _Repo] = {}
         self._static: dict[str, bytes] = {}
         self._redirects: dict[str, tuple[int, str]] = {}
@@ -96,6 +98,10 @@ class HubServer:
         self.requests: list[Seen] = []
         self._httpd = _CountingServer(("127.0.0.1", 0), _handler_for(self))
         self._httpd.daemon_threads = True
+        self.scheme = "http"
+        if tls is not None:  # https: the handshake made as each connection is accepted
+            self._httpd.socket = tls.wrap_socket(self._httpd.socket, server_side=True)
+            self.scheme = "https"
         self._thread = threading.Thread(
             target=self._httpd.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True
         )
@@ -103,7 +109,7 @@ class HubServer:
     @property
     def url(self) -> str:
         host, port = self._httpd.server_address[:2]
-        return f"http://{host!s}:{port}"
+        return f"{self.scheme}://{host!s}:{port}"
 
     def __enter__(self) -> HubServer:
         self._thread.start()
