@@ -126,6 +126,8 @@ def download(
         ) from None
     except httpx2.TransportError as exc:
         raise TransientFetchError(f"download failed: {_reason(exc)} for {shown}") from None
+    except (httpx2.HTTPError, httpx2.InvalidURL, UnicodeError) as exc:  # a URL it cannot ask
+        raise FetchError(f"download failed: {_reason(exc)} for {shown}") from None
 
 
 def _open(client: Any, url: str, timeout: float) -> Any:

@@ -217,6 +217,15 @@ def test_credentials_go_to_their_host_only(server: HubServer, tmp_path: Path) ->
     assert [seen.had_auth for seen in server.requests] == [False]
 
 
+@pytest.mark.parametrize(
+    "url", ["https://a..b.invalid/a-1.0-py3-none-any.whl", "https://a\tb.invalid/a.whl"]
+)
+def test_a_url_the_client_cannot_ask_for_is_one_error(url: str, tmp_path: Path) -> None:
+    artifact = Artifact("a", "1.0", "a-1.0-py3-none-any.whl", "1" * 64, None, "overlay", url)
+    with pytest.raises(FetchError, match=r"download failed: .* for https://"):
+        fetch_all([artifact], cache=tmp_path / "cache")
+
+
 def test_unreachable_server_is_a_transient_error_without_traceback(tmp_path: Path) -> None:
     import socket
 
