@@ -101,22 +101,11 @@ def remote_interpreter(python: str, effects: Effects, *, memo: Path | None = Non
             return interpreter_from_facts(_remembered(python, memo), source=python)
         except (InputError, AttributeError, TypeError):
             pass  # none kept (or not one this kvenv writes): probed
-    found = _run_probe(python, effects)
+    data = _run_probe(python, effects)
+    found = interpreter_from_facts(data, source=python)
     deps = interpreter_deps(python, found.sys_path) if memo is not None else None
-    if memo is not None and deps is not None:
-        facts = {
-            "version_info": [found.major, found.minor],
-            "py_version_nodot": found.nodot,
-            "version": found.version,
-            "implementation": found.implementation,
-            "abis": list(found.abis),
-            "executable": found.executable,
-            "sys_path": list(found.sys_path),
-            "sys_platform": found.sys_platform,
-            "machine": found.machine,
-            "sysconfig_platform": found.sysconfig_platform,
-        }
-        memos.put(memo, "interpreter", interpreter_key(python), deps, facts)
+    if memo is not None and deps is not None:  # the child's answer, as it gave it
+        memos.put(memo, "interpreter", interpreter_key(python), deps, data)
     return found
 
 
@@ -133,7 +122,7 @@ def remembered_sys_path(python: str, memo: Path | None) -> list[str] | None:
     return None if found is None else list(found)
 
 
-def _run_probe(python: str, effects: Effects) -> Interpreter:
+def _run_probe(python: str, effects: Effects) -> dict[str, Any]:
     # through its loader: a file, or a member of a single-file bundle's zip (kvenv.fetch.pyz)
     import pkgutil
 
@@ -158,7 +147,7 @@ def _run_probe(python: str, effects: Effects) -> Interpreter:
             f"the interpreter probe failed in {python} (exit {result.returncode}): {last}",
             hint="check that it is a Python 3 interpreter",
         )
-    return interpreter_from_facts(data, source=python)
+    return data
 
 
 def wheel_tags(interp: Interpreter, platforms: list[str]) -> list[str]:
