@@ -18,7 +18,7 @@ Dependencies are ``[kind, argument, value]`` of a small closed set (:data:`DEPEN
 - ``env``: an environment variable by the sha256 of its value (a name ending in ``*`` with a
   list of names left out: every variable of that prefix);
 - ``host``: the live host interpreter, a probe's identity
-  (:func:`kvenv.probe.hostmemo.watch_probe`), checked by the ``host`` callable the caller
+  (:func:`kvenv.probe.host.watch_probe`), checked by the ``host`` callable the caller
   passes to :func:`get` (the probe layer's replay; without one it is a miss);
 - ``code``: kvenv's own code as a whole (every module, by identity; a single-file bundle by
   its archive). :func:`put` adds it to every record: another kvenv never reuses a value.
@@ -63,7 +63,7 @@ KINDS: dict[str, int] = {
     "answer": 64,  # what a no-op apply, status or plan answered (kvenv.env.answers)
     "generation": 16,  # a generation built into a new root, to replay (kvenv.env.recall)
     "bundle": 64,  # a bundle opened and verified (kvenv.fetch.bundle)
-    "manifest-ok": 64,  # a manifest the full reader accepted for a root (kvenv.env.root)
+    "activation": 64,  # a root's applied activation for a profile (kvenv.env.runenv)
     "interpreter": 64,  # another interpreter's own facts (kvenv.probe.pyinfo)
 }
 DEPENDENCIES = frozenset({"bytes", "stat", "isdir", "listing", "tree", "env", "host", "code"})

@@ -215,12 +215,12 @@ def _host(
     from kvenv.probe.host import take_snapshot
 
     own = python is None or python.own
-    memo = cache / "probes" if cache is not None and not own else None
+    memo = cache if cache is not None and not own else None
     if recorder is not None:
-        from kvenv.probe.hostmemo import watch_probe
+        from kvenv.probe.host import watch_probe
 
         snap, recorder.host = watch_probe(None if own or python is None else python.path, memo)
-        return snap  # type: ignore[no-any-return]
+        return snap
     if own or python is None:
         return take_snapshot()
     return take_snapshot(python=python.path, memo=memo)
@@ -563,37 +563,22 @@ def cmd_activate(args: argparse.Namespace) -> int:
         if quick is not None:
             sys.stdout.write(render(quick[0], shell, manifest_path=str(quick[1])))
             return EXIT_OK
-    from kvenv.env.activation import activation_for
-    from kvenv.env.manifest import read_manifest
-    from kvenv.env.root import current_manifest_path
-    from kvenv.errors import InputError
-
     if args.manifest:
+        from kvenv.env.activation import activation_for
+        from kvenv.env.manifest import read_manifest
         from kvenv.env.root import check_manifest_file
 
-        path: Path | None = Path(args.manifest)
-        root = None
-        check_manifest_file(Path(args.manifest).absolute())
+        path = Path(args.manifest)
+        check_manifest_file(path.absolute())
+        activation = activation_for(read_manifest(path))
     else:
         from kvenv.env.root import check_owner, owner_of
+        from kvenv.env.runenv import applied_activation
 
         loaded, locations = _load(args)
         check_owner(locations.root, owner_of(loaded))
-        path = current_manifest_path(locations.root)
-        root = locations.root
-        if path is None:
-            raise InputError(
-                f"nothing is applied for profile {loaded.profile.name} in {locations.root}",
-                hint="run `{kvenv apply}`",
-            )
-    assert path is not None
-    manifest = read_manifest(path, root=root)
-    if root is not None and getattr(args, "on_success", None) is not None:
-        from kvenv.env.plainstate import vouch
-
-        where, cache, accepted = root, _memo(args), path  # the start-up path may use
-        args.on_success.append(lambda: vouch(where, cache, accepted))  # these bytes next time
-    activation = activation_for(manifest)
+        on_success = getattr(args, "on_success", None)  # the record the start-up path reads
+        activation, path = applied_activation(locations, loaded.profile.name, None, on_success)
     sys.stdout.write(render(activation, shell, manifest_path=str(path)))
     return EXIT_OK
 

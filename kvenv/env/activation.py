@@ -20,8 +20,8 @@ from typing import TYPE_CHECKING
 
 import attrs
 
+from kvenv._util import memo
 from kvenv.env.manifest import Activation, Manifest, path_inside
-from kvenv.env.plainstate import shadowing_entry
 from kvenv.env.shellrender import DEACTIVATE as DEACTIVATE
 from kvenv.env.shellrender import SHELLS as SHELLS
 from kvenv.env.shellrender import STATE_NAMES as STATE_NAMES
@@ -72,6 +72,23 @@ def read_pth_files(site_dir: Path, generation: Path) -> tuple[list[str], list[st
             elif os.path.isdir(full) and full not in paths:
                 paths.append(full)
     return paths, imports, notes
+
+
+def shadowing_entry(dirs: Iterable[Path], protected: Iterable[str]) -> Path | None:
+    """The first entry of ``dirs`` whose import name is one of the ``protected``
+    distributions', or None. Each directory's entries are noted for the memo (``listing``:
+    a record of an activation holds while no entry is added or removed)."""
+    from kvenv._util.importnames import import_name_of, protected_import_names
+
+    names = protected_import_names(protected)
+    for directory in dirs:
+        memo.note("listing", str(directory))  # before it is read: a later change is seen
+        if not directory.is_dir():
+            continue
+        for child in directory.iterdir():
+            if import_name_of(child.name) in names:
+                return child
+    return None
 
 
 def check_not_shadowing(dirs: Iterable[Path], protected: Iterable[str]) -> None:
@@ -142,7 +159,10 @@ def build_activation(
 
 def activation_for(manifest: Manifest, host: HostSnapshot | None = None) -> Activation:
     """The activation of an applied generation, checked: its dirs exist and shadow nothing
-    protected. With ``host``, the library dirs are taken from it afresh."""
+    protected (noted for the memo: ``isdir``, ``listing``). With ``host``, the library dirs
+    are taken from it afresh."""
+    for directory in (manifest.dirs.overlay, manifest.dirs.native):
+        memo.note("isdir", directory)
     missing = [d for d in (manifest.dirs.overlay, manifest.dirs.native) if not os.path.isdir(d)]
     if missing:
         raise RuntimeNotReady(

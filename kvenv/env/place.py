@@ -19,7 +19,7 @@ variables in the same order and say the same things. The order of each lookup is
 
 The start-up paths (``kvenv activate``, ``run``, the no-op ``apply``) apply the same rules to a
 profile's recorded facts without loading it (:func:`kvenv.model.places.choose_places`, which
-:func:`kvenv.model.locations.resolve_locations` also uses; :mod:`kvenv.env.plainstate`).
+:func:`kvenv.model.locations.resolve_locations` also uses; :mod:`kvenv.env.runenv`).
 """
 
 from __future__ import annotations

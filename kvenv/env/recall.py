@@ -38,7 +38,6 @@ from kvenv._util import atomic, jsonio
 from kvenv._util.killpoint import kill_point
 from kvenv._util.threads import thread_map
 from kvenv.env.linking import link_checked, with_shebang
-from kvenv.env.plainstate import PlainActivation, manifest_usable
 from kvenv.env.rootfiles import (
     GENERATIONS,
     KVENV_LIB,
@@ -52,6 +51,7 @@ from kvenv.env.rootfiles import (
     write_pointer,
 )
 from kvenv.env.seal import SealBreak, sealed_files
+from kvenv.env.shellrender import PlainActivation
 from kvenv.model.places import LOCK_NAME
 
 TYPE_CHECKING = False
@@ -209,6 +209,40 @@ def _rebased(value: Any, old: str, new: str, old_gen: str, new_gen: str) -> Any:
     return value
 
 
+def _usable(data: Any, root: str, generation: str) -> bool:
+    """Whether the rebased manifest ``data`` has what this module reads of it (lists of
+    strings, a dict of strings) with every runtime path inside ``root``, as
+    :func:`kvenv.env.manifest.check_manifest` requires: a recipe is read like any input."""
+    base = os.path.normpath(root).rstrip("/") + "/"
+
+    def inside(paths: Any) -> bool:
+        return (
+            isinstance(paths, list)
+            and all(
+                isinstance(p, str) and os.path.isabs(p) and ".." not in p.split("/") for p in paths
+            )
+            and all((os.path.normpath(p) + "/").startswith(base) for p in paths)
+        )
+
+    try:
+        dirs, activation = data["dirs"], data["activation"]
+        env, libraries = activation.get("env", {}), activation.get("ld_library_path", [])
+        imports = activation.get("pth_imports", [])
+        if not (isinstance(imports, list) and isinstance(libraries, list)):
+            return False
+        strings = [*imports, *libraries, *env.values()]
+        return bool(
+            os.path.normpath(data["root"]) == os.path.normpath(root)
+            and dirs["generation"] == generation
+            and inside([dirs["native"], dirs["overlay"], dirs["bin"]])
+            and all(inside(activation.get(k, [])) for k in ("pythonpath", "path", "site_dirs"))
+            and all(isinstance(e, str) for e in strings)
+            and all(os.path.isabs(e) for e in libraries)
+        )
+    except (KeyError, TypeError, AttributeError):
+        return False
+
+
 def _plain_name(name: object) -> str:
     """A directory entry's name: no separator, not ``.``/``..``, not empty."""
     text = str(name)
@@ -354,8 +388,8 @@ def replay(
     if by_dir is None:
         return None  # a file to link that its entry's seal does not hold, or changed
     rebased = _rebased(manifest, old_root, str(root), old_gen, generation)
-    if not manifest_usable(rebased, root, generation):
-        return None  # not a manifest the start-up paths would accept for this root
+    if not _usable(rebased, str(root), generation):
+        return None  # not a manifest the full reader accepts for this root
     try:
         root.mkdir(parents=True)  # not exist_ok: a root that appeared meanwhile is the full path's
     except OSError:

@@ -159,8 +159,9 @@ def _write_marker(root: Path, owner: RootOwner | None, created_at: str | None = 
 
 
 def foreign_owner(root: Path, owner: RootOwner) -> RootOwner | None:
-    """The other profile ``root`` belongs to, or None when it is ``owner``'s or names none."""
-    found = read_owner(root) if is_owned(root) else None
+    """The other profile ``root`` belongs to, or None when it is ``owner``'s or names none
+    (a missing marker too: read all the same, so that its absence is noted for the memo)."""
+    found = read_owner(root)
     return found if found is not None and found != owner else None
 
 

@@ -20,10 +20,10 @@ from kvenv.errors import InputError, UsageError
 TYPE_CHECKING = False
 if TYPE_CHECKING:  # the start-up path imports no ``typing``
     from collections.abc import Callable
-    from typing import NoReturn
+    from typing import Any, NoReturn
 
     from kvenv.env.manifest import Activation
-    from kvenv.env.plainstate import PlainActivation
+    from kvenv.env.shellrender import PlainActivation
     from kvenv.model.locations import Locations
 
 # Process names and $SHELL basenames -> the shell kvenv activate writes for.
@@ -85,11 +85,12 @@ def applied_activation(
     manifest: str | None = None,
     on_success: list[Callable[[], None]] | None = None,
 ) -> tuple[Activation, Path]:
-    """The activation of the current generation under ``locations`` (or of the manifest file
-    ``manifest``), checked; and the manifest's path. An :class:`InputError` naming the fix
-    when nothing is applied. ``on_success`` gets the record that lets
-    :func:`quick_activation` read this manifest next time (:func:`kvenv.env.plainstate.vouch`),
-    to run once the command succeeded."""
+    """The activation of the current generation under ``locations`` (its root checked to be
+    ``profile_name``'s, or of the manifest file ``manifest``), checked; and the manifest's
+    path. An :class:`InputError` naming the fix when nothing is applied. ``on_success`` gets
+    the memo record (kind ``activation``) :func:`quick_activation` answers from next time, to
+    keep once the command succeeded: the value, with what this full path read (the marker,
+    the pointer, the manifest's bytes, the dirs activation checks) as its dependencies."""
     from kvenv.env.activation import activation_for
     from kvenv.env.manifest import read_manifest
     from kvenv.env.root import check_manifest_file, current_manifest_path
@@ -100,24 +101,32 @@ def applied_activation(
         path: Path | None = Path(manifest).absolute()  # children may run elsewhere
         assert path is not None
         check_manifest_file(path)
-        root = None
-    else:
-        path = current_manifest_path(locations.root)
-        root = locations.root
+        return activation_for(read_manifest(path)), path
+    from kvenv._util import memo
+    from kvenv.env.root import RootOwner, check_owner
+
+    root = locations.root
+    with memo.recording() as reads:
+        check_owner(root, RootOwner(profile_name))  # the marker, noted (the owner is a name)
+        path = current_manifest_path(root)
         if path is None:
             raise InputError(
-                f"nothing is applied for profile {profile_name} in {locations.root}",
+                f"nothing is applied for profile {profile_name} in {root}",
                 hint="run `{kvenv apply}` first",
             )
-    read = read_manifest(path, root=root)
-    if on_success is not None and locations is not None and root is not None:
-        from kvenv.env.plainstate import vouch
+        read = read_manifest(path, root=root)
+        activation = activation_for(read)
+    if on_success is not None:
+        import attrs
+
         from kvenv.model.facts import memo_dir
 
-        flag = locations.cache if locations.cache_from == "--cache" else None
-        where, memo, accepted = root, memo_dir(flag), path  # for the start-up path, once the
-        on_success.append(lambda: vouch(where, memo, accepted))  # command succeeded
-    return activation_for(read), path
+        where = memo_dir(locations.cache if locations.cache_from == "--cache" else None)
+        key = [str(root), profile_name]
+        value = {"activation": attrs.asdict(read.activation), "python": read.python}
+        value["manifest"] = str(path)
+        on_success.append(lambda: memo.put(where, "activation", key, reads.deps, value))
+    return activation, path
 
 
 def quick_activation(
@@ -128,14 +137,14 @@ def quick_activation(
     environ: Mapping[str, str],
 ) -> tuple[PlainActivation, Path] | None:
     """The activation of the current generation of ``profile``'s root, and its manifest's
-    path, read without the model (issue 13): exactly what :func:`applied_activation` gives
-    after the profile's ``_load`` and owner check, or None when anything is not certain (no
-    :mod:`kvenv.model.facts` record, a root another profile owns, nothing applied, a pointer or
-    manifest :mod:`kvenv.env.plainstate` cannot vouch for, a missing or shadowing dir): then
-    the caller takes that full path, which reports what is wrong."""
-    from kvenv.env.plainstate import owned_by_other, read_current, ready
+    path, without the model (issue 13): the profile's facts (:mod:`kvenv.model.facts`), its
+    places, and what :func:`applied_activation` recorded for that root and profile, kept
+    while everything it read is unchanged (:mod:`kvenv._util.memo`, kind ``activation``).
+    None when anything is not certain: then the caller takes the full path, which reports
+    what is wrong. The host interpreter's directory is put on ``PATH`` afresh, as
+    :func:`kvenv.env.activation.activation_for` does every time."""
     from kvenv.errors import KvenvError
-    from kvenv.model.facts import cached_facts
+    from kvenv.model.facts import cached_facts, memo_dir
     from kvenv.model.places import choose_places
 
     try:  # an empty --cache or $KVENV_CACHE_DIR: the full path says so, after the profile
@@ -150,24 +159,28 @@ def quick_activation(
             configured_cache=facts.configured_cache,
             environ=environ,
         )
+        where = memo_dir(cache, environ)
     except (KvenvError, OSError):
         return None
-    if owned_by_other(root_path, facts.owner):
-        return None
-    from kvenv.model.facts import memo_dir
+    return recorded_activation(where, root_path, facts.name)
 
+
+def recorded_activation(
+    memo_root: Path, root: Path, profile_name: str
+) -> tuple[PlainActivation, Path] | None:
+    """What :func:`applied_activation` recorded under ``memo_root`` for ``root`` and the
+    profile ``profile_name``, while everything it read is unchanged (None: the full path),
+    its ``PATH`` completed with the host interpreter's directory afresh."""
+    from kvenv._util import memo
+    from kvenv.env.shellrender import PlainActivation, path_with_interpreter
+
+    found: Any = memo.get(memo_root, "activation", [str(root), profile_name])
     try:
-        memo = memo_dir(cache, environ)  # where applied_activation's vouch wrote the verdict
-    except KvenvError:
-        return None
-    state = read_current(root_path, memo)
-    if state is None or not ready(state):
-        return None
-    from kvenv.env.shellrender import path_with_interpreter
-
-    activation = state.activation  # as activation_for completes it: the host interpreter's dir
-    activation.path = path_with_interpreter(activation.path, state.python)
-    return activation, state.manifest_path
+        activation = PlainActivation(found["activation"])
+        activation.path = path_with_interpreter(activation.path, found["python"])
+        return activation, Path(found["manifest"])
+    except (KeyError, TypeError, ValueError, AttributeError):
+        return None  # no record (or not one this kvenv writes)
 
 
 def resolve_command(command: str, environ: Mapping[str, str]) -> str:

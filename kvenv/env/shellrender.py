@@ -4,9 +4,10 @@
 Plain on purpose (``json``, ``os``, ``shlex``): the start-up path of ``kvenv activate`` renders
 here without the model (issue 13). An activation is anything with the attributes of
 :class:`kvenv.env.manifest.Activation` (:class:`ActivationView`): that record, or the plain
-:class:`kvenv.env.plainstate.PlainActivation` read from the same manifest, render the same
-text byte for byte. ``--shell json`` prints the fields of
-:class:`kvenv.env.activation.ShellHook` (``schemas/activation.schema.json``) in their order.
+:class:`PlainActivation` the start-up path keeps of it (the memo kind ``activation``:
+:func:`kvenv.env.runenv.quick_activation`), render the same text byte for byte. ``--shell
+json`` prints the fields of :class:`kvenv.env.activation.ShellHook`
+(``schemas/activation.schema.json``) in their order.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ from kvenv.errors import UsageError
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:  # the start-up path imports no ``typing``
-    from typing import Protocol
+    from typing import Any, Protocol
 
     class ActivationView(Protocol):
         """What rendering reads of an activation."""
@@ -36,6 +37,21 @@ if TYPE_CHECKING:  # the start-up path imports no ``typing``
         def env(self) -> Mapping[str, str]: ...
         @property
         def pth_imports(self) -> Sequence[str]: ...
+
+
+class PlainActivation:
+    """An activation as plain lists and a dict (the attributes of
+    :class:`kvenv.env.manifest.Activation`), from its JSON."""
+
+    __slots__ = ("env", "ld_library_path", "path", "pth_imports", "pythonpath", "site_dirs")
+
+    def __init__(self, data: Mapping[str, Any]) -> None:
+        self.pythonpath: list[str] = list(data.get("pythonpath", []))
+        self.path: list[str] = list(data.get("path", []))
+        self.ld_library_path: list[str] = list(data.get("ld_library_path", []))
+        self.env: dict[str, str] = dict(data.get("env", {}))
+        self.pth_imports: list[str] = list(data.get("pth_imports", []))
+        self.site_dirs: list[str] = list(data.get("site_dirs", []))
 
 
 SHELLS: tuple[str, ...] = ("bash", "zsh", "sh", "fish", "pwsh", "json")

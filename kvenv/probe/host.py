@@ -20,6 +20,7 @@ import json
 import sysconfig
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 import attrs
 
@@ -34,7 +35,7 @@ from kvenv.probe import cpu, cuda, dists, kaggle, libs, nvidia, pyinfo, system, 
 from kvenv.probe.effects import Effects, live
 from kvenv.probe.pyinfo import Interpreter
 
-__all__ = ["build_snapshot", "list_gpus", "take_snapshot"]
+__all__ = ["build_snapshot", "list_gpus", "take_snapshot", "watch_probe"]
 
 
 def list_gpus(*, effects: Effects | None = None) -> list[GpuInfo]:
@@ -141,3 +142,28 @@ def build_snapshot(
     if not any(secret in text for secret in secrets):
         return snapshot
     return snapshot_from_dict(redact.scrub(data, secrets), file="<probe>")
+
+
+def watch_probe(python: str | None, memo: Path | None = None) -> tuple[HostSnapshot, Any]:
+    """Probe the host as :func:`take_snapshot` does (``python`` None: kvenv's own interpreter,
+    in process; ``memo``: the memo root, where another interpreter's facts are kept) and
+    return the snapshot with its identity, the reads :func:`kvenv.probe.hostmemo.host_unchanged`
+    replays (None when it has none: an interpreter that is a script, or one that changed while
+    it was probed)."""
+    from kvenv.probe import hostmemo
+
+    if python is None:
+        from kvenv.probe import child
+
+        own: Any = child.facts()["sys_path"]
+        known: list[str] | None = list(own)
+    else:
+        known = pyinfo.remembered_sys_path(python, memo)
+    before = hostmemo.interpreter_reads(python, known or [])
+    reads: list[Any] = []
+    snapshot = take_snapshot(python=python, memo=memo, effects=hostmemo.watched(live(), reads))
+    sys_path = list(snapshot.python.sys_path)
+    identity = hostmemo.interpreter_reads(python, sys_path)
+    if before is None or identity != before:
+        return snapshot, None  # changed while probed (or no identity): nothing to keep
+    return snapshot, {"python": python, "sys_path": sys_path, "reads": [*identity, *reads]}

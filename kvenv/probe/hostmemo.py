@@ -1,51 +1,55 @@
 """The live host's identity: what a probe of it read, so that a later command can tell, without
-probing again, that the host is the one a verdict was reached on (issue 13).
+probing again, that the host is the one a verdict was reached on (issue 13); and the identity
+another interpreter's own facts are memoized under (:mod:`kvenv.probe.pyinfo`, memo kind
+``interpreter``). Standard library only: :func:`host_unchanged` is on the start-up paths.
 
 A host snapshot (:func:`kvenv.probe.host.take_snapshot`) is a function of three things, and
-:func:`watch_probe` records each while the probe runs:
+:func:`kvenv.probe.host.watch_probe` records each while the probe runs, as a list of reads
+``[kind, argument, answer]`` that :func:`host_unchanged` replays against the live machine
+(True only when every answer is the same):
 
-- the interpreter's own facts: kvenv's own interpreter by :func:`kvenv.probe.child.facts`
-  (computed again, in process, every time), another one by the identity its facts are
-  memoized under (:func:`kvenv.probe.pyinfo.remote_interpreter`: its binary, ``pyvenv.cfg``
-  and import path directories, by stat);
-- the distributions on its import path, read with ``importlib.metadata``: by the identity
-  (device, inode, size, mtime, ctime) of every directory of that path, and of kvenv's own
-  import path (where ``pynvml`` would be imported from). Installing, removing or upgrading a
-  distribution adds or removes a ``*.dist-info`` entry, which changes its directory's mtime;
-- every read made through :class:`kvenv.probe.effects.Effects`: each environment variable
-  read (by the sha256 of its value; the masking of secrets by the sha256 of the secret
-  values), each file read (by the sha256 of its bytes, read again; ``/proc/cpuinfo`` by its
-  model and feature lines, a ``RECORD`` by its stat identity), each existence test and
-  ``which``, the C library, and each program run. A program's answer is read again by running
-  it, except ``ldconfig -p`` (a function of its binary and ``/etc/ld.so.cache``) and
-  ``nvcc --version`` (a function of its binary), which are kept by the identity of those
-  files. NVML and ``nvidia-smi`` (the GPUs, which can change without a file changing) are
-  always asked again.
+- the interpreter (``interpreter``): kvenv's own by its facts (:func:`kvenv.probe.child.facts`,
+  computed again in process every time), another by the path its binary resolves to, with
+  :func:`interpreter_deps` (its binary, ``pyvenv.cfg`` and import path directories); and
+  kvenv's own import path (where ``pynvml`` would be imported from);
+- the distributions on its import path, read with ``importlib.metadata``: by the identity of
+  every directory of that path (``stat``). Installing, removing or upgrading a distribution
+  adds or removes a ``*.dist-info`` entry, which changes its directory's mtime;
+- every read made through :class:`kvenv.probe.effects.Effects`. Where a read is one of the
+  memo's dependencies (:mod:`kvenv._util.memo`) it is recorded as one and replayed with
+  :func:`kvenv._util.memo.capture`: a file read by its bytes (``bytes``; a ``RECORD`` by its
+  identity, ``stat``: every install rewrites it), a directory test (``isdir``), a variable
+  (``env``; every variable, ``env`` of the prefix ``*``). The rest are the probe's own kinds:
+  ``/proc/cpuinfo`` by its model and feature lines (``cpuinfo``), the masking of secrets by the
+  sha256 of the secret values (``env-secrets``), ``exists``, ``which``, the C library
+  (``glibc``, else ``libc``), and each program run (``run``: run again), except ``ldconfig
+  -p`` (a function of its binary and ``/etc/ld.so.cache``) and ``nvcc --version`` (of its
+  binary), kept by the ``stat`` of those files. NVML and ``nvidia-smi`` (the GPUs, which can
+  change without a file changing) are always asked again (``nvml``, ``no-nvml``).
 
-:func:`host_unchanged` replays all of it against the live machine: True only when every
-answer is the same, so a verdict reached on the recorded probe holds for the live host.
 What it cannot see: a distribution's metadata edited in place (without any entry of its
 directory added, removed or renamed) — an installer never does that.
 """
 
 from __future__ import annotations
 
-import json
 import os
 import sys
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
 
-from kvenv._util.identity import sha256_hex, small_sha256, stamp, stat_identity
+from kvenv._util import memo
+from kvenv._util.identity import sha256_hex
 
-MEMO_VERSION = 1
 # Programs whose answer is a function of files: (program name, argv tail) -> files it reads.
 _PURE_RUNS: dict[tuple[str, tuple[str, ...]], tuple[str, ...]] = {
     ("ldconfig", ("-p",)): ("/etc/ld.so.cache",),
     ("nvcc", ("--version",)): (),
 }
+# The reads that are memo dependencies, replayed by the memo's own capture.
+_MEMO_KINDS = frozenset({"bytes", "stat", "isdir", "env"})
 
-Read = list[Any]  # [kind, argument, answer digest]
+Read = list[Any]  # [kind, argument, answer]
 
 # /proc/cpuinfo changes at every read (clock speeds); only what the CPU probe keeps identifies
 # it. A distribution's RECORD (the libraries probe reads torch's, a megabyte or two) is
@@ -92,22 +96,22 @@ def _secrets_digest(environ: Mapping[str, str]) -> str:
 
 
 class _WatchedEnviron(Mapping[str, str]):
-    """``os.environ`` whose reads are recorded."""
+    """``os.environ`` whose reads are recorded (as the memo's ``env``: the live
+    environment is the one watched)."""
 
     def __init__(self, environ: Mapping[str, str], reads: list[Read]) -> None:
         self._environ = environ
         self._reads = reads
 
     def __getitem__(self, key: str) -> str:
-        value = self._environ.get(key)
-        self._reads.append(["env", key, _digest(value)])
+        value = self.get(key)
         if value is None:
             raise KeyError(key)
-        return value
+        return str(value)
 
     def get(self, key: str, default: Any = None) -> Any:
+        self._reads.append(memo.dep("env", key))
         value = self._environ.get(key)
-        self._reads.append(["env", key, _digest(value)])
         return default if value is None else value
 
     def __contains__(self, key: object) -> bool:
@@ -118,7 +122,7 @@ class _WatchedEnviron(Mapping[str, str]):
         return list(self._environ.items())
 
     def __iter__(self) -> Iterator[str]:
-        self._reads.append(["env-all", None, _digest(sorted(self._environ.items()))])
+        self._reads.append(memo.dep("env", ["*", []]))
         return iter(list(self._environ))
 
     def __len__(self) -> int:
@@ -139,10 +143,8 @@ def watched(effects: Any, reads: list[Read]) -> Any:
         # before the read: a change after it is seen
         if path == _CPUINFO:
             reads.append(["cpuinfo", path, _cpuinfo_digest()])
-        elif path.endswith(_RECORD):
-            reads.append(["read-stat", path, stat_identity(path)])
         else:
-            reads.append(["read", path, small_sha256(path)])
+            reads.append(memo.dep("stat" if path.endswith(_RECORD) else "bytes", path))
         return effects.read_text(path)  # type: ignore[no-any-return]
 
     def exists(path: str) -> bool:
@@ -152,7 +154,7 @@ def watched(effects: Any, reads: list[Read]) -> Any:
 
     def is_dir(path: str) -> bool:
         answer = bool(effects.is_dir(path))
-        reads.append(["is_dir", path, answer])
+        reads.append(["isdir", path, answer])
         return answer
 
     def which(name: str) -> str | None:
@@ -163,8 +165,7 @@ def watched(effects: Any, reads: list[Read]) -> Any:
     def run(argv: Any, timeout: float) -> Any:
         argv = [str(a) for a in argv]
         files = _program_files(argv)
-        if files is not None:
-            reads.append(["run-files", argv, [stamp(f) for f in files]])
+        reads.extend(memo.dep("stat", f) for f in files or ())
         result = effects.run(argv, timeout)
         if files is None:
             reads.append(["run", argv, _digest(result)])
@@ -202,29 +203,21 @@ def _replay(read: Read) -> bool:
     kind: str = read[0]
     argument: Any = read[1]
     answer: object = read[2]
-    if kind == "env":
-        return _digest(os.environ.get(argument)) == answer
+    if kind in _MEMO_KINDS:
+        return bool(memo.capture(kind, argument) == answer)
+    if kind == "interpreter":
+        return _interpreter(argument) == answer
     if kind == "env-secrets":
         return _secrets_digest(os.environ) == answer
-    if kind == "env-all":
-        return _digest(sorted(os.environ.items())) == answer
-    if kind == "read":
-        return small_sha256(argument) == answer
-    if kind == "read-stat":
-        return stat_identity(argument) == answer
     if kind == "cpuinfo":
         return _cpuinfo_digest() == answer
     if kind == "exists":
         return os.path.exists(argument) == answer
-    if kind == "is_dir":
-        return os.path.isdir(argument) == answer
     if kind == "which":
         import shutil
 
         found: object = shutil.which(argument)
         return found == answer
-    if kind == "run-files":
-        return [stamp(f) for f in _program_files(argument) or ()] == answer
     if kind == "no-nvml":  # pynvml was not importable; still not findable
         import importlib.util
 
@@ -243,67 +236,59 @@ def _replay(read: Read) -> bool:
     return False  # a kind this kvenv does not know: unsure
 
 
-def interpreter_identity(python: str | None, sys_path: list[str]) -> list[Any] | None:
-    """What the interpreter's facts and its distributions depend on: kvenv's own interpreter
-    (``python`` None) by its facts, another by the identity its facts are memoized under;
-    both with the stamp of every directory of ``sys_path`` and of kvenv's own import path.
-    None when no identity can be had (an interpreter that is a script)."""
-    own_path = [stamp(d) for d in sys.path if d]
+def interpreter_key(python: str) -> list[str]:
+    """What another interpreter's facts are kept for: its path and the path it resolves to
+    (a link repointed is another interpreter)."""
+    return [python, os.path.realpath(python)]
+
+
+def interpreter_deps(python: str, sys_path: Iterable[str]) -> list[memo.Dep] | None:
+    """What the facts of ``python -I`` depend on besides :func:`interpreter_key`: its binary,
+    the binary it resolves to, the ``pyvenv.cfg`` beside it or one level up, and every
+    directory of its import path (a new ``.pth`` changes its directory), as the memo's
+    ``stat`` dependencies. None for anything but a native executable (a script, such as a
+    pyenv shim, chooses its interpreter when it runs)."""
+    try:
+        with open(python, "rb") as handle:
+            if handle.read(4) != b"\x7fELF":
+                return None
+    except OSError:
+        return None
+    bindir = os.path.dirname(os.path.abspath(python))
+    configs = [os.path.join(d, "pyvenv.cfg") for d in (bindir, os.path.dirname(bindir))]
+    paths = [python, os.path.realpath(python), *configs, *sys_path]
+    return [memo.dep("stat", path) for path in paths]
+
+
+def _interpreter(python: str | None) -> list[Any]:
+    """The ``interpreter`` read's answer: kvenv's own interpreter (None) by its facts, another
+    by :func:`interpreter_key`; with kvenv's own import path."""
     if python is None:
         from kvenv.probe import child
 
-        facts: Any = child.facts()
-        head: list[Any] = ["own", facts]
+        head: Any = _digest(child.facts())
     else:
-        from kvenv.probe.pystamp import remote_identity
+        head = interpreter_key(python)
+    return [head, [d for d in sys.path if d]]
 
-        found = remote_identity(python, tuple(sys_path))
+
+def interpreter_reads(python: str | None, sys_path: list[str]) -> list[Read] | None:
+    """What the interpreter's facts and its distributions depend on (see the module); None
+    when no identity can be had (an interpreter that is a script)."""
+    deps = [memo.dep("stat", d) for d in sys_path]
+    if python is not None:
+        found = interpreter_deps(python, sys_path)
         if found is None:
             return None
-        head = ["remote", python, found]
-    return [MEMO_VERSION, head, [stamp(d) for d in sys_path], own_path]
-
-
-def watch_probe(python: str | None, memo: Any = None) -> tuple[Any, dict[str, Any] | None]:
-    """Probe the host as :func:`kvenv.probe.host.take_snapshot` does (``python`` None: kvenv's
-    own interpreter, in process; ``memo``: where another interpreter's facts are kept) and
-    return the snapshot with its identity (None when it has none; see the module)."""
-    from kvenv.probe.effects import live
-    from kvenv.probe.host import take_snapshot
-
-    before = interpreter_identity(python, _sys_path_of(python, memo))
-    reads: list[Read] = []
-    snapshot = take_snapshot(python=python, memo=memo, effects=watched(live(), reads))
-    sys_path = list(snapshot.python.sys_path)
-    identity = interpreter_identity(python, sys_path)
-    if before is None or identity != before:
-        return snapshot, None  # changed while probed (or no identity): nothing to keep
-    return snapshot, {"python": python, "sys_path": sys_path, "id": identity, "reads": reads}
-
-
-def _sys_path_of(python: str | None, memo: Any) -> list[str]:
-    if python is None:
-        from kvenv.probe import child
-
-        facts: Any = child.facts()
-        return list(facts["sys_path"])
-    from kvenv.probe.pyinfo import remembered_sys_path
-
-    return remembered_sys_path(python, memo) or []
+        deps = found
+    own = [memo.dep("stat", d) for d in sys.path if d]
+    return [["interpreter", python, _interpreter(python)], *deps, *own]
 
 
 def host_unchanged(identity: Mapping[str, Any]) -> bool:
-    """Whether the live host answers every read of ``identity`` (from :func:`watch_probe`)
-    as it did then."""
+    """Whether the live host answers every read of ``identity`` (from
+    :func:`kvenv.probe.host.watch_probe`) as it did then."""
     try:
-        python = identity["python"]
-        if interpreter_identity(python, list(identity["sys_path"])) != identity["id"]:
-            return False
         return all(_replay(read) for read in identity["reads"])
-    except (KeyError, TypeError, ValueError):
+    except (KeyError, TypeError, ValueError, IndexError):
         return False
-
-
-def identity_digest(identity: Mapping[str, Any]) -> str:
-    """A short name for ``identity`` (for logs and tests)."""
-    return sha256_hex(json.dumps(identity, sort_keys=True).encode())[:16]

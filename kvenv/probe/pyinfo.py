@@ -15,12 +15,13 @@ from typing import Any
 import attrs
 
 from kvenv._util import jsonio
+from kvenv._util import memo as memos
 from kvenv.errors import InputError
 from kvenv.model.fields import NonEmpty
 from kvenv.model.snapshot import PythonInfo
 from kvenv.probe import child
 from kvenv.probe.effects import Effects
-from kvenv.probe.pystamp import remote_identity
+from kvenv.probe.hostmemo import interpreter_deps, interpreter_key
 
 PROBE_TIMEOUT = 60.0
 SHORT_NAMES = {"cpython": "cp", "pypy": "pp", "ironpython": "ip", "jython": "jy"}
@@ -88,85 +89,40 @@ def local_interpreter() -> Interpreter:
 def remote_interpreter(python: str, effects: Effects, *, memo: Path | None = None) -> Interpreter:
     """Run the child probe in ``python`` (isolated, from ``/``) and read its JSON line.
 
-    With ``memo`` (a directory), the answer of a native interpreter binary is kept there with
-    the identity of everything it depends on (:func:`kvenv.probe.pystamp.remote_identity`)
-    and reused, without running anything, while that identity is unchanged: the facts of
-    ``python -I`` are fixed by its binary, its ``pyvenv.cfg`` and the directories of its
-    import path (a new ``.pth`` changes its directory). Scripts (a pyenv shim, a wrapper)
-    choose their interpreter at run time and are always run. The host's distributions are
-    never memoized: they are read afresh by every probe (:mod:`kvenv.probe.dists`)."""
+    With ``memo`` (the memo root), the answer of a native interpreter binary is kept as the
+    memo kind ``interpreter`` and reused, without running anything, while what it depends on
+    is unchanged (:func:`kvenv.probe.hostmemo.interpreter_deps`): the facts of ``python -I``
+    are fixed by its binary, its ``pyvenv.cfg`` and the directories of its import path (a new
+    ``.pth`` changes its directory). Scripts (a pyenv shim, a wrapper) choose their
+    interpreter at run time and are always run. The host's distributions are never
+    memoized: they are read afresh by every probe (:mod:`kvenv.probe.dists`)."""
     if memo is not None:
-        remembered = _recall(python, memo)
-        if remembered is not None:
-            return remembered
-    found = _run_probe(python, effects)
-    if memo is not None:
-        _remember(python, found, memo)
+        try:
+            return interpreter_from_facts(_remembered(python, memo), source=python)
+        except (InputError, AttributeError, TypeError):
+            pass  # none kept (or not one this kvenv writes): probed
+    data = _run_probe(python, effects)
+    found = interpreter_from_facts(data, source=python)
+    deps = interpreter_deps(python, found.sys_path) if memo is not None else None
+    if memo is not None and deps is not None:  # the child's answer, as it gave it
+        memos.put(memo, "interpreter", interpreter_key(python), deps, data)
     return found
 
 
-def _memo_file(python: str, memo: Path) -> Path:
-    import hashlib
-
-    return memo / (hashlib.sha256(python.encode("utf-8", "surrogateescape")).hexdigest() + ".json")
+def _remembered(python: str, memo: Path) -> Any:
+    return memos.get(memo, "interpreter", interpreter_key(python))
 
 
 def remembered_sys_path(python: str, memo: Path | None) -> list[str] | None:
-    """The import path memoized for ``python`` under ``memo``, if any (not checked)."""
-    if memo is None:
-        return None
+    """The import path kept for ``python`` under the memo root ``memo``, if any (checked)."""
     try:
-        memo_file = _memo_file(python, memo)
-        data = jsonio.loads_json(memo_file.read_text(encoding="utf-8"), file=str(memo_file))
-        found = _strings(data["facts"].get("sys_path"))
-    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        found = _strings(_remembered(python, memo)["sys_path"]) if memo is not None else None
+    except (KeyError, TypeError):
         return None
     return None if found is None else list(found)
 
 
-def _recall(python: str, memo: Path) -> Interpreter | None:
-    try:
-        memo_file = _memo_file(python, memo)
-        data = jsonio.loads_json(memo_file.read_text(encoding="utf-8"), file=str(memo_file))
-        facts, identity = data["facts"], data["identity"]
-        sys_path = _strings(facts.get("sys_path"))
-    except (OSError, ValueError, KeyError, TypeError, AttributeError):
-        return None
-    if sys_path is None or identity is None or remote_identity(python, sys_path) != identity:
-        return None
-    try:
-        return interpreter_from_facts(facts, source=python)
-    except InputError:
-        return None
-
-
-def _remember(python: str, found: Interpreter, memo: Path) -> None:
-    identity = remote_identity(python, found.sys_path)
-    if identity is None:
-        return
-    from kvenv._util import atomic
-
-    facts = {
-        "version_info": [found.major, found.minor],
-        "py_version_nodot": found.nodot,
-        "version": found.version,
-        "implementation": found.implementation,
-        "abis": list(found.abis),
-        "executable": found.executable,
-        "sys_path": list(found.sys_path),
-        "sys_platform": found.sys_platform,
-        "machine": found.machine,
-        "sysconfig_platform": found.sysconfig_platform,
-    }
-    try:
-        memo.mkdir(parents=True, exist_ok=True)
-        data = {"facts": facts, "identity": identity}
-        atomic.write_json(_memo_file(python, memo), data, durable=False)
-    except OSError:
-        pass  # a memo that cannot be written only costs the next command a probe
-
-
-def _run_probe(python: str, effects: Effects) -> Interpreter:
+def _run_probe(python: str, effects: Effects) -> dict[str, Any]:
     # through its loader: a file, or a member of a single-file bundle's zip (kvenv.fetch.pyz)
     import pkgutil
 
@@ -191,7 +147,7 @@ def _run_probe(python: str, effects: Effects) -> Interpreter:
             f"the interpreter probe failed in {python} (exit {result.returncode}): {last}",
             hint="check that it is a Python 3 interpreter",
         )
-    return interpreter_from_facts(data, source=python)
+    return data
 
 
 def wheel_tags(interp: Interpreter, platforms: list[str]) -> list[str]:

@@ -97,7 +97,7 @@ class Budget:
 def _budgets(profile: str) -> dict[str, Budget]:
     installing = ("kvenv.env.store", "kvenv.env.wheelinstall", "kvenv.env.seal")
     planning = ("kvenv.plan", "kvenv.probe.host", "kvenv.probe.dists", "importlib.metadata")
-    # what activate's start-up path (kvenv.env.plainstate) does without
+    # what activate's start-up path (kvenv.env.runenv.quick_activation) does without
     startup = ("attrs", "attr", "cattrs", "packaging", "tomllib", "kvenv.lock", "kvenv.env.apply")
     startup += ("kvenv.env.activation", "kvenv.env.manifest", "kvenv.env.root")
     startup += ("kvenv.model.loading", "kvenv.model.profile", "kvenv.model.convert")
@@ -182,7 +182,7 @@ def applied(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Path, st
     )
     assert done.returncode == 0, done.stderr
     # a user's first activate after an apply takes the full path, which records the
-    # manifest's verdict (kvenv.env.plainstate); the budget is the start-up path's
+    # root's activation (the memo kind `activation`); the budget is the start-up path's
     warm = [sys.executable, "-m", "kvenv", "activate", str(project.profile_path), "--shell", "sh"]
     subprocess.run(warm, capture_output=True, env=_env(tmp), cwd=tmp, check=True)
     # likewise a first `validate` and a first passing `lock --check` load the profile and

@@ -1,8 +1,8 @@
 """``kvenv activate`` and ``kvenv run`` on the start-up path (issue 13): with the profile's facts
-record and the manifest's verdict present they read the applied state as plain data
-(:func:`kvenv.env.runenv.quick_activation`), and the answer (stdout, stderr, exit code) is byte
-for byte the full path's; every change the full path would notice makes the start-up path
-unsure, so the full path answers.
+record and the root's activation record (the memo kind ``activation``) present they answer
+from plain data (:func:`kvenv.env.runenv.quick_activation`), and the answer (stdout, stderr,
+exit code) is byte for byte the full path's; every change the full path would notice makes
+the start-up path unsure, so the full path answers.
 
 Each test runs the real CLI in process twice over the same tree: once with the start-up path
 switched off (the full path: the profile loaded, the manifest structured), once as users run
@@ -23,13 +23,13 @@ import pytest
 
 import kvenv.env.runenv as runenv
 from kvenv.cli import main
-from kvenv.env.plainstate import VERDICTS_DIR
 from kvenv.env.root import current_manifest_path
 from kvenv.model.facts import FACTS_DIR
 from tests.support.applyenv import Project, apply, fake_host_site, host_snapshot, local_project
 from tests.support.applyenv import locations as where_of
 
 SHELLS = ("bash", "zsh", "sh", "fish", "pwsh", "json")
+RECORDS = Path("memo-v1") / "activation"  # the memo kind the start-up path answers from
 
 
 class Spy:
@@ -104,7 +104,7 @@ def test_the_start_up_path_prints_what_the_full_path_prints(
     if by == "default":
         monkeypatch.setenv("KVENV_PROFILE", project.name)
     argv = ["activate", *refs[by], "--shell", shell]
-    assert _cli(argv)[0] == 0  # the first activate records the facts and the verdict
+    assert _cli(argv)[0] == 0  # the first activate records the facts and the activation
     (code, out, err), answered = _both(spy, argv)
     assert answered is True
     assert code == 0 and err == ""
@@ -122,7 +122,7 @@ def test_a_first_activate_takes_the_full_path_and_records_for_the_next(
     argv = ["activate", project.name, "--shell", "bash"]
     first = _cli(argv)
     assert spy.answered is False  # nothing recorded yet: unsure
-    assert (cache / FACTS_DIR).is_dir() and any((cache / VERDICTS_DIR).iterdir())
+    assert (cache / FACTS_DIR).is_dir() and any((cache / RECORDS).iterdir())
     assert _cli(argv) == first and spy.answered is True
 
 
@@ -309,9 +309,9 @@ def test_a_refused_run_records_nothing(
     cache = Path(os.environ["KVENV_CACHE_DIR"])
     code, _, err = _cli(["run", project.name, "--", "no-such-command-here"])
     assert code == 2 and "command not found" in err
-    assert not (cache / VERDICTS_DIR).exists() and not (cache / FACTS_DIR).exists()
+    assert not (cache / RECORDS).exists() and not (cache / FACTS_DIR).exists()
     code, _, _ = _cli(["activate", project.name, "--shell", "bash", "--root", "/nonexistent"])
-    assert code == 2 and not (cache / VERDICTS_DIR).exists()
+    assert code == 2 and not (cache / RECORDS).exists()
 
 
 def test_run_gets_the_same_environment(

@@ -200,7 +200,7 @@ def test_plan_before_the_first_apply_recalled_until_the_root_appears(cli: Cli) -
 
 def test_another_interpreter_as_the_host_is_recalled_and_watched(cli: Cli) -> None:
     """The host a separate venv: recalled by the identity its facts are memoized under
-    (kvenv.probe.pystamp), its distributions watched as for apply."""
+    (kvenv.probe.hostmemo.interpreter_deps), its distributions watched as for apply."""
     import venv
 
     home = cli.tmp / "host-venv"

@@ -146,7 +146,7 @@ def test_a_recorded_host_that_changed_is_a_miss(tmp_path: Path) -> None:
     state = quickstate.capture(**where)
     assert state is not None
     memo = tmp_path / "memo"
-    host = {"python": None, "sys_path": [], "id": ["not this host"], "reads": []}
+    host = {"python": None, "sys_path": [], "reads": [["interpreter", None, "not this host"]]}
     quickstate.remember_answer(memo, {"k": 1}, where, state, {"generation": "g"}, host)
     assert quickstate.recall_answer(memo, {"k": 1}) is None
 

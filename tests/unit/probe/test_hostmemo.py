@@ -13,11 +13,12 @@ import pytest
 
 from kvenv.probe import hostmemo
 from kvenv.probe.effects import Effects, RunResult, live
+from kvenv.probe.host import watch_probe
 
 
 def _probe(monkeypatch: pytest.MonkeyPatch, extra: Path) -> dict[str, Any]:
     monkeypatch.syspath_prepend(str(extra))
-    snapshot, identity = hostmemo.watch_probe(None)
+    snapshot, identity = watch_probe(None)
     assert identity is not None
     assert snapshot.python.executable == sys.executable
     return identity
@@ -27,7 +28,7 @@ def test_unchanged_host_is_recognised(tmp_path: Path, monkeypatch: pytest.Monkey
     identity = _probe(monkeypatch, tmp_path)
     assert hostmemo.host_unchanged(identity)
     kinds = {read[0] for read in identity["reads"]}
-    assert {"read", "env"} <= kinds  # the kernel release, CUDA variables, ...
+    assert {"bytes", "env", "stat", "interpreter"} <= kinds  # the kernel release, CUDA variables
 
 
 def test_a_distribution_installed_or_removed_is_seen(
@@ -38,9 +39,9 @@ def test_a_distribution_installed_or_removed_is_seen(
     dist.mkdir()
     (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: extra-pkg\nVersion: 1.0\n")
     assert not hostmemo.host_unchanged(identity)
-    again = hostmemo.watch_probe(None)[1]
+    again = watch_probe(None)[1]
     assert again is not None and hostmemo.host_unchanged(again)
-    names = {d.name for d in hostmemo.watch_probe(None)[0].distributions}
+    names = {d.name for d in watch_probe(None)[0].distributions}
     assert "extra-pkg" in names  # the probe itself sees it, so the verdict must be redone
     for child in dist.iterdir():
         child.unlink()
@@ -73,8 +74,9 @@ def test_another_interpreter_is_another_identity(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     identity = _probe(monkeypatch, tmp_path)
-    other = dict(identity, python=str(tmp_path / "python"))
-    assert not hostmemo.host_unchanged(other)
+    (head,) = [read for read in identity["reads"] if read[0] == "interpreter"]
+    head[1] = str(tmp_path / "python")
+    assert not hostmemo.host_unchanged(identity)
 
 
 def _recorded(files: dict[str, str], commands: dict[str, RunResult], reads: list[Any]) -> Effects:
@@ -111,10 +113,10 @@ def test_a_program_is_asked_again_unless_its_answer_is_a_file(tmp_path: Path) ->
     reads.clear()
     fx = _recorded({}, {"ldconfig -p": RunResult(0, "")}, reads)
     fx.run([str(ldconfig), "-p"], 1.0)
-    assert reads[-1][0] == "run-files"
-    assert hostmemo._replay(reads[-1])
+    assert [(r[0], r[1]) for r in reads] == [("stat", str(ldconfig)), ("stat", "/etc/ld.so.cache")]
+    assert all(hostmemo._replay(read) for read in reads)
     ldconfig.write_text("#!/bin/sh\necho changed\n")
-    assert not hostmemo._replay(reads[-1])  # its binary changed (with /etc/ld.so.cache)
+    assert not hostmemo._replay(reads[0])  # its binary changed (with /etc/ld.so.cache)
 
 
 def test_unknown_read_kinds_are_unsure() -> None:

@@ -5,6 +5,8 @@ probed over, never an error."""
 
 from __future__ import annotations
 
+import json
+import os
 import subprocess
 import sys
 import venv
@@ -16,6 +18,7 @@ import pytest
 
 from kvenv.probe.effects import Effects, RunResult, live
 from kvenv.probe.pyinfo import remote_interpreter
+from tests.support.audit import uncovered
 
 
 class Counting:
@@ -105,16 +108,37 @@ def test_a_script_interpreter_is_never_memoized(tmp_path: Path) -> None:
     remote_interpreter(str(shim), counting.effects, memo=tmp_path / "memo")
     remote_interpreter(str(shim), counting.effects, memo=tmp_path / "memo")
     assert counting.runs == 2
-    assert not list((tmp_path / "memo").glob("*.json"))
+    assert not (tmp_path / "memo").exists()
 
 
 def test_a_damaged_memo_is_probed_over(host_venv: Path, tmp_path: Path) -> None:
     python = str(host_venv / "bin" / "python")
     counting = Counting()
     first = remote_interpreter(python, counting.effects, memo=tmp_path)
-    (memo,) = tmp_path.glob("*.json")
-    memo.write_text('{"facts": {"sys_path": 3}, "identity": []}')
+    (record,) = (tmp_path / "memo-v1" / "interpreter").glob("*.json")
+    data = json.loads(record.read_text())
+    data["value"]["sys_path"] = 3
+    record.write_text(json.dumps(data))
     assert remote_interpreter(python, counting.effects, memo=tmp_path) == first
-    memo.write_text("not json")
+    record.write_text("not json")
     assert remote_interpreter(python, counting.effects, memo=tmp_path) == first
     assert counting.runs == 3
+
+
+def test_the_record_depends_on_every_file_the_probe_answer_comes_from(
+    host_venv: Path, tmp_path: Path
+) -> None:
+    """Completeness (tests/support/audit.py): the files the probed interpreter's facts come
+    from (its binary, the binary it resolves to, its ``pyvenv.cfg``, the directories of its
+    import path, listed for ``.pth`` files) are each covered by a dependency of the record. The
+    child runs in another process, out of the audit hook's sight: its reads are listed here."""
+    python = str(host_venv / "bin" / "python")
+    found = remote_interpreter(python, live(), memo=tmp_path)
+    (record,) = (tmp_path / "memo-v1" / "interpreter").glob("*.json")
+    deps = json.loads(record.read_text())["deps"]
+    cfg = host_venv / "pyvenv.cfg"
+    reads = {("open", python), ("open", os.path.realpath(python)), ("open", str(cfg))}
+    reads |= {("list", d) for d in found.sys_path}
+    assert uncovered(reads, deps) == []
+    site = str(_site(host_venv))
+    assert uncovered(reads, [d for d in deps if d[1] != site]) == [("list", site)]
