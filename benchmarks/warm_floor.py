@@ -11,7 +11,7 @@ from that generation), the manifest (the generation's, its root replaced), the p
 the manifest's sha256 and the activation scripts, under an ``flock`` of the root: the same
 files, byte for byte, as the generation it copies (checked once by hand with ``find |
 md5sum``). It plans nothing, probes nothing and reads no profile, lock or bundle: that is what
-a recall of a whole generation (keyed, like ``kvenv/cli/quick.py``'s records, by everything
+a recall of a whole generation (kept, like ``kvenv/env/answers.py``'s memo records, by everything
 the full path reads) would leave. An experiment, not a feature: it answers how close to uv
 such a recall could come before anyone builds it.
 

@@ -258,7 +258,8 @@ def put(root: Path, kind: str, key: Any, deps: Iterator[Dep] | list[Dep], value:
         "value": value,
     }
     try:
-        text = json.dumps(data, sort_keys=True, allow_nan=False).encode("utf-8", "surrogateescape")
+        # not sorted: a value keeps its order (a status or plan document is printed as kept)
+        text = json.dumps(data, allow_nan=False).encode("utf-8", "surrogateescape")
         path = record_path(root, kind, key)
         path.parent.mkdir(parents=True, exist_ok=True)
         write_bytes(path, text, durable=False)

@@ -19,7 +19,8 @@ if TYPE_CHECKING:
     from pathlib import Path
     from typing import Any
 
-    from kvenv.cli.quick import Recorder
+    from kvenv.env.answers import Recording
+    from kvenv.env.apply import ApplyResult
     from kvenv.fetch.bundle import BundleInfo
     from kvenv.model.loading import LoadedProfile
     from kvenv.model.locations import Locations
@@ -200,12 +201,12 @@ def _host(
     snapshot: str | None,
     python: HostPython | None = None,
     cache: Path | None = None,
-    recorder: Recorder | None = None,
+    recording: Recording | None = None,
 ) -> HostSnapshot:
     """The host snapshot: a file when given, else one probe of the host interpreter (in
     process only when it is kvenv's own; another interpreter's own facts are memoized under
-    ``cache``, the user's memo directory, while its files are unchanged). With ``recorder``,
-    the probe's reads are kept there too (the live host's identity: :mod:`kvenv.probe.hostmemo`)."""
+    ``cache``, the user's memo directory, while its files are unchanged). With ``recording``,
+    the live host's identity is kept there too (:mod:`kvenv.probe.hostmemo`)."""
     from pathlib import Path
 
     if snapshot:
@@ -216,10 +217,10 @@ def _host(
 
     own = python is None or python.own
     memo = cache if cache is not None and not own else None
-    if recorder is not None:
+    if recording is not None:
         from kvenv.probe.host import watch_probe
 
-        snap, recorder.host = watch_probe(None if own or python is None else python.path, memo)
+        snap, recording.host = watch_probe(None if own or python is None else python.path, memo)
         return snap
     if own or python is None:
         return take_snapshot()
@@ -284,162 +285,139 @@ def _plan_lines(plan: Plan, python: HostPython | None = None) -> list[str]:
 
 
 def cmd_plan(args: argparse.Namespace) -> int:
-    from kvenv.cli.quick import recalled_plan
+    from kvenv.env import answers
 
-    recalled = recalled_plan(args)  # an answer recorded below, still valid (kvenv.cli.quick)
+    recalled = answers.recall_answer("plan", args)  # an answer kept below, still valid
     if recalled is not None:
         noted, known = recalled
         if noted is not None and noted.note:
             err(f"note: {noted.note}")
-        if "json" in known:
-            emit_json(known["json"])
-        else:
-            for line in known["lines"]:
-                out(line)
-        return int(known["code"])
-    from kvenv.cli.quick import PlanRecorder
+        return _print_plan(known)
     from kvenv.env.apply import plan_apply
     from kvenv.lock.input import profile_lock
     from kvenv.plan.make import plan_to_dict
 
-    loaded, locations = _load(args)
-    recorder = PlanRecorder(args, loaded, locations)  # the root and --host, before they are read
-    python = None if args.host else host_python(args, loaded)  # --host SNAPSHOT wins
-    plan = plan_apply(
-        loaded,
-        profile_lock(loaded),
-        _host(args.host, python, _memo(args), None if args.host else recorder),
-        locations,
-        strict=args.strict,
-        recorded=_recorded(loaded),
-        on_lookup=recorder.look_up,  # the cache and store entries, before they are looked up
-    )
-    code = EXIT_OK if plan.compatible else EXIT_CONFLICT
-    answer: dict[str, Any] = {"code": code}
+    with answers.Recording("plan", args) as recording:  # what the full path reads
+        loaded, locations = _load(args)
+        python = None if args.host else host_python(args, loaded)  # --host SNAPSHOT wins
+        host = _host(args.host, python, _memo(args), None if args.host else recording)
+        plan = plan_apply(
+            loaded, profile_lock(loaded), host, locations, strict=args.strict,
+            recorded=_recorded(loaded),
+        )  # fmt: skip
+    answer: dict[str, Any] = {"code": EXIT_OK if plan.compatible else EXIT_CONFLICT}
     if args.json:
         answer["json"] = plan_to_dict(plan)
-        emit_json(answer["json"])
     else:
         answer["lines"] = _plan_lines(plan, python)
+    recording.keep(locations, answer, python)
+    return _print_plan(answer)
+
+
+def _print_plan(answer: dict[str, Any]) -> int:
+    if "json" in answer:
+        emit_json(answer["json"])
+    else:
         for line in answer["lines"]:
             out(line)
-    on_success = getattr(args, "on_success", None)
-    if on_success is not None:  # recorded once the command succeeded, after the profile's facts
-        on_success.append(lambda: recorder.remember_plan(answer, python))
-    return code
+    return int(answer["code"])
 
 
 # -- apply -------------------------------------------------------------------------------------
 
 
-def _open_bundle(args: argparse.Namespace, quick: bool) -> BundleInfo:
-    """Open and verify ``--from``'s bundle. Files an earlier apply verified and that are
-    unchanged since are not re-hashed (kvenv.fetch.bundleseal); --repair hashes every file.
-    Recorded for :func:`kvenv.cli.quick.recalled_bundle`."""
+def _open_bundle(args: argparse.Namespace) -> BundleInfo:
+    """Open and verify ``--from``'s bundle: hashed in full unless an earlier apply verified
+    it and no file under it changed since (the memo's ``bundle`` records); --repair hashes
+    every file."""
     from pathlib import Path
 
+    from kvenv.env.answers import bundle_memo
     from kvenv.fetch.bundle import open_bundle
-    from kvenv.fetch.cache import default_cache_root
 
-    recorder = None
-    if quick:
-        from kvenv.cli.quick import BundleRecorder
-
-        recorder = BundleRecorder(args)  # the bundle's files, before they are read
-    cache = Path(args.cache).expanduser() if args.cache else default_cache_root()
-    seals = None if args.repair else cache
-    bundle = open_bundle(Path(args.bundle), seals=seals)  # opened and verified once
-    if recorder is not None:
-        recorder.remember(str(bundle.profile_path))
-    return bundle
+    return open_bundle(Path(args.bundle), memo_root=bundle_memo(args))
 
 
 def cmd_apply(args: argparse.Namespace) -> int:
-    quick = not (args.dry_run or args.strict or args.json or args.repair)
-    bundle = None
-    if args.bundle:
-        known = None
-        if quick:  # opened and verified by an earlier apply, no file changed since
-            from kvenv.cli.quick import recalled_bundle
-
-            known = recalled_bundle(args)
-        if known is None:
-            bundle = _open_bundle(args, quick)
-            known = str(bundle.profile_path)
-        if args.profile is None:
-            args.profile = known  # the bundle's own
     import os
 
+    from kvenv.env import answers
     from kvenv.env.keep import keep_count
 
+    quick = not (args.dry_run or args.strict or args.json or args.repair)
+    known = answers.recalled_bundle(args) if quick and args.bundle else None
+    bundle = _open_bundle(args) if args.bundle and known is None else None
+    if args.profile is None and args.bundle:
+        args.profile = known or str(bundle.profile_path)  # type: ignore[union-attr]
     keep = keep_count(args.keep, os.environ)  # checked before any path, fast or full
-    found = None
-    if quick:  # the profile's facts, places and host python, for the recalls below
-        from kvenv.cli.quick import prelude
-
-        found = prelude(args)
-    if found is not None:  # a no-op by an answer recorded below (kvenv.cli.quick)
-        from kvenv.cli.quick import recalled_generation, recalled_noop
-
-        recalled = recalled_noop(args, found)
-        if recalled is not None:
-            noted, generation, root = recalled
-            if noted.note:
-                err(f"note: {noted.note}")
-            out(f"already up to date: generation {generation} in {root}; nothing to do")
-            return EXIT_OK
-        made = recalled_generation(args, found, err)  # a new root: the generation recalled
-        if made is not None:
-            noted, name, built, recipe = made
-            if noted.note:
-                err(f"note: {noted.note}")
-            for line in recipe["findings"]:
-                err(line)
-            _report_applied(
-                args, name, built.generation, noted, str(built.manifest_path),
-                recipe["notes"], recipe["warnings"],
-            )  # fmt: skip
-            return EXIT_OK
+    recalled = answers.recall_apply(args, err) if quick else None
+    if recalled is not None:  # a no-op, or a new root's generation made again
+        if recalled.python.note:
+            err(f"note: {recalled.python.note}")
+        if recalled.built is None:
+            return _up_to_date(recalled.value["generation"], recalled.root)
+        for line in recalled.value["findings"]:
+            err(line)
+        _report_applied(
+            args, recalled.name, recalled.built.generation, recalled.python,
+            str(recalled.built.manifest_path), recalled.value["notes"], recalled.value["warnings"],
+        )  # fmt: skip
+        return EXIT_OK
     if args.bundle and bundle is None:
-        bundle = _open_bundle(args, quick)  # the full path installs from it: open it now
-    loaded, locations = _load(args)
-    # Probed (and read) at most once, whether the fast path or the full apply asks first.
-    python = host_python(args, loaded)
-    recorder = None
-    made_new = None
-    if quick:
-        import os
+        bundle = _open_bundle(args)  # the full path installs from it: open it now
+    with answers.Recording("apply", args) as recording:  # what the full path reads
+        loaded, locations = _load(args)
+        python = host_python(args, loaded)  # probed (and read) at most once, fast or full
+        new_root = quick and not os.path.lexists(locations.root)
+        host = functools.cache(lambda: _host(None, python, _memo(args), recording))
+        recorded = functools.cache(lambda: _recorded(loaded))
+        if quick:  # a bundle, already checked above, may be a no-op too
+            from kvenv.env.apply import noop_fast
 
-        from kvenv.cli.quick import GenerationRecorder, Recorder
+            done = noop_fast(loaded, locations, host, recorded, keep=keep)
+            if done is not None:
+                recording.keep(locations, {"generation": done[0]}, python)
+                return _up_to_date(done[0], locations.root)
+        full = _apply_full(args, loaded, locations, python, host(), recorded(), bundle, keep)
+    if full is None:
+        return EXIT_OK
+    findings, result = full
+    if result.status == "up-to-date":
+        return _up_to_date(result.generation, result.root)
+    assert result.generation is not None and result.manifest is not None
+    _report_applied(
+        args, loaded.profile.name, result.generation, python, result.manifest, result.notes,
+        result.warnings,
+    )  # fmt: skip
+    if new_root:  # what a next new root may replay (kvenv.env.recall), once this succeeded
+        recording.keep_generation(loaded, locations, result, findings, python)
+    return EXIT_OK
 
-        recorder = Recorder("apply", args, loaded, locations)  # the root, before it is read
-        if not os.path.lexists(locations.root):  # what a new root's generation depends on
-            made_new = GenerationRecorder(args, loaded, locations)
-    host = functools.cache(lambda: _host(None, python, _memo(args), recorder))
-    recorded = functools.cache(lambda: _recorded(loaded))
-    # A bundle, already checked above (its unchanged files by their seals), may be a no-op too.
-    if quick:
-        from kvenv.env.apply import noop_fast
 
-        done = noop_fast(loaded, locations, host, recorded, keep=keep)
-        if done is not None:
-            if recorder is not None:
-                recorder.remember({"generation": done[0]}, python, host=True)
-            out(f"already up to date: generation {done[0]} in {locations.root}; nothing to do")
-            return EXIT_OK
+def _up_to_date(generation: object, root: object) -> int:
+    out(f"already up to date: generation {generation} in {root}; nothing to do")
+    return EXIT_OK
+
+
+def _apply_full(
+    args: argparse.Namespace,
+    loaded: LoadedProfile,
+    locations: Locations,
+    python: HostPython,
+    host: HostSnapshot,
+    recorded: HostSnapshot | None,
+    bundle: BundleInfo | None,
+    keep: int,
+) -> tuple[list[str], ApplyResult] | None:
+    """Plan and apply in full; the plan's warnings printed and returned with the result,
+    or None when all was printed (``--json``, ``--dry-run``)."""
     from kvenv.env.apply import ApplyOptions, apply, plan_apply
     from kvenv.lock.input import profile_lock
 
     plan = plan_apply(
-        loaded,
-        profile_lock(loaded),
-        host(),
-        locations,
-        strict=args.strict,
-        recorded=recorded(),
+        loaded, profile_lock(loaded), host, locations, strict=args.strict, recorded=recorded,
         repair=args.repair,
-        on_lookup=made_new.look_up if made_new is not None else None,
-    )
+    )  # fmt: skip
     on_terminal = sys.stdout.isatty() and sys.stderr.isatty()
     progress = TerminalProgress("fetching", enabled=on_terminal and not args.json)
     options = ApplyOptions(
@@ -477,11 +455,11 @@ def cmd_apply(args: argparse.Namespace) -> int:
                 "plan": plan_to_dict(result.plan),
             }
         )
-        return EXIT_OK
+        return None
     if result.status == "dry-run":
         _render_plan(result.plan, python)
         out("dry-run: nothing was downloaded, installed or changed")
-        return EXIT_OK
+        return None
     findings = [  # every plan warning, as `kvenv plan` shows them
         f"warning: {finding.message}" + (f" (fix: {finding.fix})" if finding.fix else "")
         for finding in result.plan.findings
@@ -489,34 +467,7 @@ def cmd_apply(args: argparse.Namespace) -> int:
     ]
     for line in findings:
         err(line)
-    if result.status == "up-to-date":
-        out(f"already up to date: generation {result.generation} in {result.root}; nothing to do")
-        return EXIT_OK
-    assert result.generation is not None and result.manifest is not None
-    _report_applied(
-        args, loaded.profile.name, result.generation, python, result.manifest, result.notes,
-        result.warnings,
-    )  # fmt: skip
-    on_success = getattr(args, "on_success", None)
-    if (
-        made_new is not None
-        and recorder is not None
-        and not result.repaired
-        and on_success is not None
-    ):
-        from kvenv.env.recall import recipe as recipe_of
-        from kvenv.env.root import owner_of
-
-        owner = owner_of(loaded)
-        new_recipe = recipe_of(
-            root=str(locations.root), generation=result.generation, store=str(locations.store),
-            owner=(owner.name, owner.file), layers=result.layers, findings=findings,
-            notes=result.notes, warnings=result.warnings,
-        )  # fmt: skip
-        if new_recipe is not None:  # recorded once the command succeeded (kvenv.cli.quick)
-            keeper, host_id = made_new, recorder.host
-            on_success.append(lambda: keeper.remember(new_recipe, python, host_id))
-    return EXIT_OK
+    return findings, result
 
 
 def _report_applied(
@@ -587,20 +538,21 @@ def cmd_activate(args: argparse.Namespace) -> int:
 
 
 def cmd_status(args: argparse.Namespace) -> int:
-    from kvenv.cli.quick import Recorder, recalled_status
+    from kvenv.env import answers
 
-    recalled = recalled_status(args)  # an answer recorded below, still valid (kvenv.cli.quick)
+    recalled = answers.recall_answer("status", args)  # an answer kept below, still valid
     if recalled is not None:
         python, data = recalled
+        assert python is not None
         if python.note:
             err(f"note: {python.note}")
         return _print_status(args, data, python)
     from kvenv.env.applied import root_status
 
-    loaded, locations = _load(args)
-    recorder = Recorder("status", args, loaded, locations)  # the root, before it is read
-    data = root_status(loaded, locations)
-    recorder.remember(data)
+    with answers.Recording("status", args) as recording:  # what the full path reads
+        loaded, locations = _load(args)
+        data = root_status(loaded, locations)
+    recording.keep(locations, dict(data))  # before the host python is added to it
     python = host_python(args, loaded)
     return _print_status(args, data, python)
 

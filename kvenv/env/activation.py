@@ -293,7 +293,7 @@ def shims_current(locations: Locations, manifest: Manifest) -> bool:
     """Whether the activation scripts are exactly what :func:`write_shims` would write."""
     for path, text in shim_texts(locations, manifest).items():
         try:
-            if path.read_text(encoding="utf-8") != text:
+            if memo.read_bytes(path).decode("utf-8") != text:
                 return False
         except (OSError, UnicodeDecodeError):
             return False

@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Literal
 import attrs
 
 from kvenv import __version__
+from kvenv._util import memo
 from kvenv._util.killpoint import KILL_ENV as KILL_ENV
 from kvenv._util.killpoint import kill_point
 from kvenv._util.progress import Progress
@@ -138,12 +139,9 @@ def plan_apply(
     strict: bool = False,
     recorded: HostSnapshot | None = None,
     repair: bool = False,
-    on_lookup: Callable[[list[str]], None] | None = None,
 ) -> Plan:
     """The plan against the root's current state and what the cache and store hold. With
-    ``repair`` an unreadable current state counts as nothing applied (the repair rebuilds).
-    ``on_lookup`` hears the artifacts' sha256s before the cache and store are looked up (a
-    recorder captures those entries before they are read: :mod:`kvenv.cli.quick`)."""
+    ``repair`` an unreadable current state counts as nothing applied (the repair rebuilds)."""
     from kvenv.env.pthreport import with_pth_findings
     from kvenv.plan.make import make_plan, with_presence
 
@@ -155,8 +153,6 @@ def plan_apply(
             current = _ForOtherPython(applied.generation)  # made for another interpreter
     draft = make_plan(loaded, lock, host, current, strict=strict, recorded=recorded)
     shas = [a.sha256 for a in draft.artifacts]
-    if on_lookup is not None:
-        on_lookup(shas)
     plan = with_presence(draft, _cached(locations, shas), _stored(locations, shas))
     plan = with_pth_findings(plan, locations.store, loaded.profile.overlay.allow_pth)
     return attrs.evolve(plan, inputs=attrs.evolve(plan.inputs, locations=locations))
@@ -206,7 +202,7 @@ def _cached(locations: Locations, shas: list[str]) -> frozenset[str]:
     from kvenv.fetch.cache import ArtifactCache
 
     cache = ArtifactCache(locations.cache)
-    return frozenset(s for s in shas if cache.entry(s).is_dir())
+    return frozenset(s for s in shas if cache.has(s))
 
 
 def noop_fast(
@@ -236,6 +232,7 @@ def noop_fast(
         return None
     if read_owner(locations.root) != owner_of(loaded):
         return None  # another profile's root, or one to adopt: the full path decides
+    memo.note("stat", str(owner_file(locations)))  # an apply running: asked, not read
     if owner_file(locations).exists():
         return None
     lock_digest = None

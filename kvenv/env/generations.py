@@ -14,6 +14,7 @@ from typing import Literal
 
 import attrs
 
+from kvenv._util import memo
 from kvenv.env.keep import DEFAULT_KEEP, KEEP_ENV, MIN_KEEP, keep_count
 from kvenv.env.manifest import MANIFEST_NAME, Manifest, read_manifest
 from kvenv.env.root import (
@@ -56,11 +57,11 @@ def ordered_generations(locations: Locations) -> list[str]:
 
 def complete_generations(locations: Locations) -> list[str]:
     """The generations of the root that have a manifest (finished), oldest first."""
-    return [
-        g
-        for g in ordered_generations(locations)
-        if (generation_dir(locations.root, g) / MANIFEST_NAME).is_file()
-    ]
+    generations = ordered_generations(locations)
+    found = [(g, generation_dir(locations.root, g) / MANIFEST_NAME) for g in generations]
+    for _, path in found:
+        memo.note("stat", str(path))  # the recording seam: asked, not read
+    return [g for g, path in found if path.is_file()]
 
 
 def retained(must: Iterable[str], complete: Sequence[str], keep: int) -> set[str]:

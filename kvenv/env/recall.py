@@ -6,11 +6,9 @@ same for every other new root given the same inputs, except for the root's path,
 generation's id and the time: the same hard links from the same store entries, the same console
 scripts (the host interpreter is part of the inputs), the same RECORDs, the same manifest with
 its paths rebased. :func:`recipe` records that from the full path's own results (the links
-:func:`kvenv.env.store.link_layer` made, the manifest it wrote); :mod:`kvenv.cli.quick` keeps
-it keyed by everything the full path read to decide it (the profile's facts, the lock and host
-snapshot by their bytes, every artifact's cache entry and store marker, the bundle, the live
-host's identity, kvenv's code, the invocation) and hands it to :func:`replay` for the next new
-root when all of that is unchanged.
+:func:`kvenv.env.store.link_layer` made, the manifest it wrote); :mod:`kvenv.env.answers` keeps
+it in the memo (kind ``generation``) with everything the full path read to decide it, and hands
+it to :func:`replay` for the next new root when all of that is unchanged.
 
 :func:`replay` does what the full path does to a new root, with the full path's own functions
 for each effect: claims the root (:mod:`kvenv.env.rootfiles`: the marker, the root lock, the

@@ -132,6 +132,7 @@ def remove_stray_temps(root: Path) -> list[str]:
 
 def is_owned(root: Path) -> bool:
     """Whether ``root`` carries kvenv's ownership marker."""
+    memo.note("stat", str(root / ROOT_MARKER))  # the recording seam: asked, not read
     return (root / ROOT_MARKER).is_file()
 
 
@@ -427,4 +428,6 @@ def current_state(locations: Locations) -> tuple[Pointer | None, Manifest | None
 def dirs_present(manifest: Manifest) -> bool:
     """Whether the generation's native, overlay and bin directories all exist."""
     dirs = manifest.dirs
+    for d in (dirs.native, dirs.overlay, dirs.bin):
+        memo.note("isdir", d)
     return all(os.path.isdir(d) for d in (dirs.native, dirs.overlay, dirs.bin))

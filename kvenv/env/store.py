@@ -46,7 +46,7 @@ from typing import TYPE_CHECKING
 
 import attrs
 
-from kvenv._util import jsonio
+from kvenv._util import jsonio, memo
 from kvenv._util.importnames import fold, import_name_of, protected_import_names
 from kvenv._util.progress import Progress
 from kvenv.env.linking import group_links, link_many, with_shebang
@@ -101,6 +101,7 @@ def lookup(store: Path, sha256: str) -> StoreEntry | None:
     again: markers are written once, beside the entry, and renamed into place with it."""
     directory = entry_dir(store, sha256)
     path = os.fspath(directory / MARKER)
+    memo.note("bytes", path)  # before it is read: a change meanwhile is a miss next time
     try:
         with open(path, "rb") as stream:
             info = os.fstat(stream.fileno())

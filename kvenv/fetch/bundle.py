@@ -14,10 +14,11 @@ inside it)::
 
 :func:`make_bundle` builds it next to ``DIR`` and swaps it in with renames, so a failed run
 leaves ``DIR`` as it was; it refuses a non-empty directory that is not a kvenv bundle.
-:func:`open_bundle` checks ``SHA256SUMS`` (every file re-hashed, or, for ``apply``, every file
-not verified unchanged since an earlier run: :mod:`kvenv.fetch.bundleseal`) and ``bundle.json``
-against each other before anything is used. ``sha256sum -c SHA256SUMS`` run inside ``DIR``
-checks the same. See ``docs/bundles.md`` for the Kaggle dataset flow.
+:func:`open_bundle` checks ``SHA256SUMS`` (every file re-hashed, unless, for ``apply``, an earlier
+run verified the bundle and no file under it changed identity since: the memo's ``bundle``
+records) and ``bundle.json`` against each other before anything is used. ``sha256sum -c
+SHA256SUMS`` run inside ``DIR`` checks the same.
+See ``docs/bundles.md`` for the Kaggle dataset flow.
 """
 
 from __future__ import annotations
@@ -37,7 +38,7 @@ from typing import Literal
 import attrs
 
 from kvenv import __version__
-from kvenv._util import jsonio, tomlio
+from kvenv._util import jsonio, memo, tomlio
 from kvenv._util.hashing import HashingWriter, copy_hashing, sha256_file, sha_mismatch
 from kvenv._util.progress import Progress
 from kvenv.errors import InputError, IntegrityError, Problem
@@ -338,23 +339,29 @@ def _swap_in(staging: Path, out: Path) -> None:
 
 
 def open_bundle(
-    directory: Path, *, verify: bool = True, jobs: int = 4, seals: Path | None = None
+    directory: Path, *, verify: bool = True, jobs: int = 4, memo_root: Path | None = None
 ) -> BundleInfo:
     """Read a bundle, check ``bundle.json`` against ``SHA256SUMS`` and (with ``verify``) every
     file against its sum. Raises :class:`InputError` for a malformed bundle and
     :class:`IntegrityError` for any file that is missing or differs.
 
-    ``seals``: a kvenv cache directory; a file verified by an earlier run whose identity
-    (device, inode, size, mtime, ctime) and listed sha256 are unchanged is not hashed again
-    (:mod:`kvenv.fetch.bundleseal`). Without it (``kvenv bundle verify``) every file is."""
+    ``memo_root``: where a bundle verified by an earlier run is remembered (memo kind
+    ``bundle``: every file under it by identity, ctime included; one changed file and the
+    whole bundle is hashed again). Without it (``kvenv bundle verify``, ``apply --repair``)
+    every file is hashed."""
     root = Path(directory).expanduser().absolute()
     if not root.is_dir():
         raise InputError(f"bundle not found (not a directory): {root}")
+    tree = None if memo_root is None else memo.dep("tree", [str(root), True])  # before reading
     sums = _read_sums(root)
     index = _read_index(root)
     _cross_check(root, index, sums)
+    if verify and not (memo_root is not None and memo.get(memo_root, "bundle", str(root))):
+        _verify_files(root, sums, jobs=jobs)
+        if memo_root is not None and tree is not None and tree[2] is not None:
+            value = {"profile": str(root / index.profile.file)}
+            memo.put(memo_root, "bundle", str(root), [tree], value)
     if verify:
-        _verify_files(root, sums, jobs=jobs, seals=seals)
         sizes = {item.file: item.size for item in index.artifacts}
         for rel, size in sizes.items():
             actual = (root / rel).stat().st_size
@@ -449,38 +456,23 @@ def _cross_check(root: Path, index: BundleIndex, sums: dict[str, str]) -> None:
         )
 
 
-def _verify_files(
-    root: Path, sums: dict[str, str], *, jobs: int, seals: Path | None = None
-) -> None:
-    from kvenv.fetch.bundleseal import identity_of, read_bundle_seal, write_bundle_seal
-
-    known = read_bundle_seal(seals, root) if seals is not None else {}
-    verified: dict[str, list[str | int]] = {}
-
+def _verify_files(root: Path, sums: dict[str, str], *, jobs: int) -> None:
     def check(item: tuple[str, str]) -> Problem | None:
         rel, expected = item
         path = root / rel
         try:
-            before = os.lstat(path)
+            info = os.lstat(path)
         except OSError:
-            before = None
-        if before is None or not stat.S_ISREG(before.st_mode):
+            info = None
+        if info is None or not stat.S_ISREG(info.st_mode):
             return Problem(f"{rel}: missing (or not a regular file)", file=str(path))
-        identity = identity_of(expected, before)
-        if known.get(rel) == identity:
-            verified[rel] = identity  # verified by an earlier run and unchanged since
-            return None
         actual = sha256_file(path)[0]
         if actual != expected:
             return Problem(sha_mismatch(str(path), expected, actual).message, file=str(path))
-        if identity_of(expected, os.lstat(path)) == identity:  # not changed while hashed
-            verified[rel] = identity
         return None
 
     with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
         problems = [p for p in pool.map(check, sorted(sums.items())) if p is not None]
-    if seals is not None and not problems and verified != known:
-        write_bundle_seal(seals, root, verified)
     if problems:
         raise IntegrityError(
             f"bundle {root} does not match its {SUMS}: {len(problems)} file(s) differ",

@@ -29,7 +29,7 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
-from kvenv._util import atomic, jsonio
+from kvenv._util import atomic, jsonio, memo
 from kvenv._util.hashing import HashingWriter, sha256_file
 
 _LAYOUT = "artifacts-v1"
@@ -51,6 +51,12 @@ class ArtifactCache:
 
     def entry(self, sha256: str) -> Path:
         return self.base / "sha256" / sha256[:2] / sha256
+
+    def has(self, sha256: str) -> bool:
+        """Whether there is an entry for ``sha256`` (noted for the memo's recording seam)."""
+        path = str(self.entry(sha256))
+        memo.note("isdir", path)
+        return os.path.isdir(path)
 
     def lookup(
         self, sha256: str, size: int | None, filename: str | None, *, rehash: bool

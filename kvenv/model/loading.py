@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 import attrs
 
-from kvenv._util import tomlio
+from kvenv._util import memo, tomlio
 from kvenv._util.resources import data_dir
 from kvenv.errors import InputError, Problem, ProfileError, ProfileNotReadable
 from kvenv.model import convert
@@ -608,5 +608,6 @@ def recorded_host(loaded: LoadedProfile, *, must_exist: bool = False) -> Recorde
     if path is None:
         return RecordedHost(None, "the profile names no host snapshot")
     if not must_exist and not path.exists():
+        memo.note("bytes", str(path), None)  # the recording seam: absent
         return RecordedHost(None, f"the profile's host snapshot {path} does not exist")
     return RecordedHost(read_snapshot(path))

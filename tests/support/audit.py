@@ -13,7 +13,12 @@ dependency of a record covers:
   a ``.py``/``.pyc``/``.so``/``.pth`` file on ``sys.path``);
 - ``host``: every path the probe's identity records, and anything under a directory of the
   host's import path (installing a distribution changes that directory's identity);
-- the memo's own records (what it reads to answer) are its business, not an input.
+- the memo's own records (what it reads to answer) are its business, not an input;
+- what the run itself wrote or made before reading it (a new root's files) is its output, not an
+  input: :func:`reads_of` does not report it;
+- ``bytes`` on a store entry's marker covers the entry: an entry is complete and immutable once
+  its marker is renamed into place with it, and sealed (:mod:`kvenv.env.store`,
+  :mod:`kvenv.env.seal`).
 
 A CPython audit hook cannot be removed: one hook is installed once per process and records
 only while :func:`reads_of` runs.
@@ -33,7 +38,7 @@ import kvenv
 T = TypeVar("T")
 
 _PACKAGE = str(Path(kvenv.__file__).resolve().parent)
-_ACTIVE: list[set[tuple[str, str]]] = []
+_ACTIVE: list[tuple[set[tuple[str, str]], set[str]]] = []  # (what was read, what was written)
 _INSTALLED = False
 _LOCK = threading.Lock()
 _WRITE_FLAGS = os.O_WRONLY | os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_APPEND
@@ -46,11 +51,19 @@ def _hook(event: str, args: tuple[Any, ...]) -> None:
         path, mode, flags = args
         if not isinstance(path, (str, bytes, os.PathLike)):
             return  # a file descriptor
-        if isinstance(mode, str) and any(c in mode for c in "wax+"):
+        name = os.path.abspath(os.fsdecode(path))
+        writing = isinstance(mode, str) and any(c in mode for c in "wax+")
+        if writing or (mode is None and isinstance(flags, int) and flags & _WRITE_FLAGS):
+            for _, written in _ACTIVE:
+                written.add(name)
             return
-        if mode is None and isinstance(flags, int) and flags & _WRITE_FLAGS:
-            return
-        seen = ("open", os.path.abspath(os.fsdecode(path)))
+        seen = ("open", name)
+    elif event in ("os.mkdir", "os.rename", "os.link", "os.symlink"):
+        target = args[1] if event != "os.mkdir" else args[0]
+        if isinstance(target, (str, bytes, os.PathLike)):
+            for _, written in _ACTIVE:
+                written.add(os.path.abspath(os.fsdecode(target)))
+        return
     elif event in ("os.listdir", "os.scandir"):
         path = args[0]
         if path is None or isinstance(path, int):
@@ -58,23 +71,26 @@ def _hook(event: str, args: tuple[Any, ...]) -> None:
         seen = ("list", os.path.abspath(os.fsdecode(path)))
     else:
         return
-    for found in _ACTIVE:
-        found.add(seen)
+    for found, written in _ACTIVE:
+        if not any(_under(seen[1], w) for w in written):
+            found.add(seen)
 
 
 def reads_of(call: Callable[[], T]) -> tuple[T, set[tuple[str, str]]]:
-    """``call()``'s result and what it read: ``("open", path)`` and ``("list", dir)``."""
+    """``call()``'s result and what it read: ``("open", path)`` and ``("list", dir)``; not
+    what it wrote or made before (under a directory it made: its output)."""
     global _INSTALLED
     with _LOCK:
         if not _INSTALLED:
             sys.addaudithook(_hook)
             _INSTALLED = True
     found: set[tuple[str, str]] = set()
-    _ACTIVE.append(found)
+    entry = (found, set[str]())
+    _ACTIVE.append(entry)
     try:
         result = call()
     finally:
-        _ACTIVE.remove(found)
+        _ACTIVE.remove(entry)
     return result, found
 
 
@@ -121,10 +137,13 @@ def uncovered(
     trees: list[str] = []
     host_paths: set[str] = set()
     host_dirs: list[str] = []
+    entries: list[str] = []
     has_code = False
     for kind, argument, value in deps:
         if kind in ("bytes", "stat", "isdir"):
             exact.add(os.path.abspath(argument))
+            if kind == "bytes" and os.path.basename(argument) == ".kvenv-store.json":
+                entries.append(os.path.dirname(os.path.abspath(argument)))
             if kind == "stat":
                 listed.add(os.path.abspath(argument))
         elif kind == "listing":
@@ -143,7 +162,7 @@ def uncovered(
             continue
         if has_code and _is_import(path, modules):
             continue
-        if any(_under(path, t) for t in trees):
+        if any(_under(path, t) for t in [*trees, *entries]):
             continue
         if what == "open" and path in exact:
             continue

@@ -124,10 +124,10 @@ def _budgets(profile: str) -> dict[str, Budget]:
         "activate": Budget(
             ("activate", profile, "--shell", "bash"), (*planning, *installing, *startup), 65
         ),
-        # status and a no-op apply answer from records (kvenv.cli.quick; the fixture's
+        # status and a no-op apply answer from records (kvenv.env.answers; the fixture's
         # warm-up made them): no model, no manifest reader, no host probe (measured 51 and 60)
         "status": Budget(("status", profile), (*installing, *recalled, "kvenv.env.applied"), 62),
-        # a repeated plan answers from its record too (kvenv.cli.quick; measured 62)
+        # a repeated plan answers from its record too (kvenv.env.answers; measured 62)
         "plan": Budget(("plan", profile), (*installing, *recalled, "kvenv.fetch"), 74),
         "lock --check": Budget(
             ("lock", "--check", profile),
@@ -192,7 +192,7 @@ def applied(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Path, st
             [sys.executable, "-m", "kvenv", *again], capture_output=True, env=_env(tmp), cwd=tmp
         )
         assert done.returncode == 0, done.stdout + done.stderr
-    # and a first no-op apply, status and plan record their answers (kvenv.cli.quick), run
+    # and a first no-op apply, status and plan record their answers (kvenv.env.answers), run
     # the way the test runs them (the import path is part of the host's identity)
     for verb in ("apply", "status", "plan"):
         assert _imported(tmp, [verb, str(project.profile_path)])[0] == 0

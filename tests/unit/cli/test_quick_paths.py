@@ -1,4 +1,4 @@
-"""The recalled answers of ``kvenv apply`` (no-op) and ``kvenv status`` (kvenv.cli.quick): the
+"""The recalled answers of ``kvenv apply`` (no-op) and ``kvenv status`` (kvenv.env.answers): the
 same bytes on stdout and stderr and the same exit code as the full path, and every change the
 full path would notice (lock, profile, manifest, pointer, activation scripts, generations,
 owner, an apply in progress, the host's packages and environment, another interpreter) makes
@@ -74,7 +74,8 @@ class Cli:
 
     def forget(self) -> None:
         """Remove every recorded answer (the next run takes the full path)."""
-        shutil.rmtree(self.tmp / "cache" / "quick-state-v1", ignore_errors=True)
+        for kind in ("answer", "generation", "bundle"):
+            shutil.rmtree(self.tmp / "cache" / "memo-v1" / kind, ignore_errors=True)
 
     def both(self, *argv: str) -> tuple[int, str, str]:
         """Run ``argv`` by the full path and by the recalled answer; they must agree."""

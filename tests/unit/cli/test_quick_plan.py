@@ -1,4 +1,4 @@
-"""The recalled answer of ``kvenv plan`` (kvenv.cli.quick.recalled_plan): the same bytes on
+"""The recalled answer of ``kvenv plan`` (kvenv.env.answers.recall_answer): the same bytes on
 stdout and stderr and the same exit code as the full path (text, ``--json``, ``--quiet``,
 ``--host SNAPSHOT``), and every input the full path reads (the lock, the profile, the cache
 and store entries it looks up, the host's packages and interpreter, the root, a ``--host``

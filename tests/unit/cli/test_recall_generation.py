@@ -143,9 +143,8 @@ def test_a_store_entry_changed_in_place_is_repaired_by_the_full_path(cli: Cli) -
 
 
 def _recipe_file(cli: Cli) -> Path:
-    for path in (cli.tmp / "cache" / "quick-state-v1").glob("*.json"):
-        if json.loads(path.read_text())["key"]["command"] == "apply-generation":
-            return path
+    for path in (cli.tmp / "cache" / "memo-v1" / "generation").glob("*.json"):
+        return path
     raise AssertionError("no recipe recorded")
 
 
@@ -170,7 +169,7 @@ def test_a_tampered_recipe_is_refused(cli: Cli, tamper: object) -> None:
     path = _recipe_file(cli)
     record = json.loads(path.read_text())
     assert callable(tamper)
-    tamper(record["answer"])
+    tamper(record["value"])
     path.write_text(json.dumps(record))
     code, out, err = _into(cli, "root2")
     assert (code, cli.taken) == (0, "full"), (out, err)

@@ -1,7 +1,7 @@
-"""Identity seals of verified bundle files (kvenv.fetch.bundleseal): a bundle verified once is
-not re-hashed while its files are unchanged, and any change of a file (bytes edited in place
-with size and mtime restored, a copy in its place, a changed SHA256SUMS) is hashed again and
-caught."""
+"""A verified bundle in the memo (kind ``bundle``, kvenv.fetch.bundle.open_bundle): a bundle
+verified once is not re-hashed while its files are unchanged, and any change of a file (bytes
+edited in place with size and mtime restored, a copy in its place, a changed SHA256SUMS) makes
+the whole bundle hashed again, and caught."""
 
 from __future__ import annotations
 
@@ -11,11 +11,11 @@ from pathlib import Path
 
 import pytest
 
+from kvenv._util import memo
 from kvenv.cli import main
 from kvenv.errors import IntegrityError
 from kvenv.fetch import bundle as bundle_module
 from kvenv.fetch.bundle import SUMS, make_bundle, open_bundle
-from kvenv.fetch.bundleseal import read_bundle_seal, seal_path
 from tests.support.applyenv import local_project
 
 
@@ -40,6 +40,10 @@ def hashed(monkeypatch: pytest.MonkeyPatch) -> list[Path]:
     return seen
 
 
+def _record(cache: Path, bundle: Path) -> Path:
+    return memo.record_path(cache, "bundle", str(bundle.absolute()))
+
+
 def _wheel(bundle: Path) -> Path:
     return next((bundle / "wheels").glob("helper-*.whl"))
 
@@ -48,16 +52,18 @@ def test_a_verified_bundle_is_not_hashed_again(
     made: Path, tmp_path: Path, hashed: list[Path]
 ) -> None:
     cache = tmp_path / "cache"
-    info = open_bundle(made, seals=cache)
+    info = open_bundle(made, memo_root=cache)
     assert info.verified and len(hashed) == len(info.sums)
-    assert set(read_bundle_seal(cache, info.root)) == set(info.sums)
+    assert _record(cache, made).is_file()
     hashed.clear()
-    assert open_bundle(made, seals=cache).verified
+    assert open_bundle(made, memo_root=cache).verified
     assert hashed == []
 
 
-def test_without_seals_every_file_is_hashed(made: Path, tmp_path: Path, hashed: list[Path]) -> None:
-    open_bundle(made, seals=tmp_path / "cache")
+def test_without_a_memo_every_file_is_hashed(
+    made: Path, tmp_path: Path, hashed: list[Path]
+) -> None:
+    open_bundle(made, memo_root=tmp_path / "cache")
     hashed.clear()
     info = open_bundle(made)  # `kvenv bundle verify`, `apply --repair`
     assert len(hashed) == len(info.sums)
@@ -67,7 +73,7 @@ def test_bytes_changed_in_place_with_size_and_mtime_restored_are_caught(
     made: Path, tmp_path: Path
 ) -> None:
     cache = tmp_path / "cache"
-    open_bundle(made, seals=cache)
+    open_bundle(made, memo_root=cache)
     wheel = _wheel(made)
     before = wheel.stat()
     data = bytearray(wheel.read_bytes())
@@ -81,48 +87,50 @@ def test_bytes_changed_in_place_with_size_and_mtime_restored_are_caught(
         before.st_ino,
     )
     with pytest.raises(IntegrityError, match=SUMS) as caught:
-        open_bundle(made, seals=cache)
+        open_bundle(made, memo_root=cache)
     assert str(wheel) in caught.value.render()
 
 
-def test_a_file_replaced_by_a_copy_is_hashed_once_more(
+def test_a_file_replaced_by_a_copy_hashes_the_bundle_once_more(
     made: Path, tmp_path: Path, hashed: list[Path]
 ) -> None:
     cache = tmp_path / "cache"
-    open_bundle(made, seals=cache)
+    open_bundle(made, memo_root=cache)
     wheel = _wheel(made)
     copy = tmp_path / "copy.whl"
     shutil.copy2(wheel, copy)
     os.replace(copy, wheel)  # same bytes, size and mtime; another inode
     hashed.clear()
-    open_bundle(made, seals=cache)
-    assert hashed == [wheel]
+    info = open_bundle(made, memo_root=cache)
+    assert wheel in hashed and len(hashed) == len(info.sums)  # one record: the whole bundle
     hashed.clear()
-    open_bundle(made, seals=cache)
+    open_bundle(made, memo_root=cache)
     assert hashed == []
 
 
 def test_a_moved_bundle_is_verified_in_full(made: Path, tmp_path: Path, hashed: list[Path]) -> None:
     cache = tmp_path / "cache"
-    info = open_bundle(made, seals=cache)
+    info = open_bundle(made, memo_root=cache)
     moved = tmp_path / "moved"
     made.rename(moved)
     hashed.clear()
-    open_bundle(moved, seals=cache)
+    open_bundle(moved, memo_root=cache)
     assert len(hashed) == len(info.sums)
-    assert seal_path(cache, moved.absolute()) != seal_path(cache, made.absolute())
+    assert _record(cache, moved) != _record(cache, made)
 
 
-def test_a_damaged_seal_only_costs_a_full_check(
+def test_a_damaged_record_only_costs_a_full_check(
     made: Path, tmp_path: Path, hashed: list[Path]
 ) -> None:
     cache = tmp_path / "cache"
-    info = open_bundle(made, seals=cache)
-    seal_path(cache, info.root).write_text("{not json", encoding="utf-8")
+    info = open_bundle(made, memo_root=cache)
+    _record(cache, made).write_text("{not json", encoding="utf-8")
     hashed.clear()
-    open_bundle(made, seals=cache)
+    open_bundle(made, memo_root=cache)
     assert len(hashed) == len(info.sums)
-    assert set(read_bundle_seal(cache, info.root)) == set(info.sums)
+    hashed.clear()
+    open_bundle(made, memo_root=cache)
+    assert hashed == []  # recorded again
 
 
 def test_a_failed_check_records_nothing(made: Path, tmp_path: Path) -> None:
@@ -132,8 +140,8 @@ def test_a_failed_check_records_nothing(made: Path, tmp_path: Path) -> None:
     data[-1] ^= 0xFF
     wheel.write_bytes(bytes(data))
     with pytest.raises(IntegrityError):
-        open_bundle(made, seals=cache)
-    assert not seal_path(cache, made.absolute()).exists()
+        open_bundle(made, memo_root=cache)
+    assert not _record(cache, made).exists()
 
 
 def test_a_second_apply_from_the_same_bundle_hashes_nothing_and_changes_nothing(
