@@ -117,7 +117,7 @@ def _resolve_python(args: argparse.Namespace, facts: ProfileFacts) -> HostPython
 
 
 def _eligible(args: argparse.Namespace) -> bool:
-    from kvenv.cli import _io
+    import kvenv.cli._io as _io
 
     return _io.VERBOSITY <= 0  # --verbose lines come from the full path
 
