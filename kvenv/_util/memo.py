@@ -31,7 +31,7 @@ sha256 of the very bytes that were parsed. The caller adds what no file read sho
 the invocation's variables) and keeps the value with :func:`put`.
 
 One layout (``<memo root>/memo-v1/<kind>/<sha256>.json``), one document shape with one
-version (:data:`FORMAT`), one writer (:func:`kvenv._util.atomic.write_bytes`), one eviction
+version (:data:`MEMO_FORMAT`), one writer (:func:`kvenv._util.atomic.write_bytes`), one eviction
 rule (the oldest records of a kind beyond its :data:`KINDS` count go when one is written),
 one hash (sha256 over the canonical JSON of the kind, key and code). Standard library only:
 it is on every start-up path.
@@ -52,7 +52,7 @@ if TYPE_CHECKING:  # no ``typing`` at run time: this module is on every start-up
 
     Dep = list[Any]
 
-FORMAT = 1
+MEMO_FORMAT = 1
 LAYOUT = "memo-v1"
 # Every record kind, with how many of its records are kept (the oldest go beyond it).
 KINDS: dict[str, int] = {
@@ -213,7 +213,7 @@ def _canonical(value: Any) -> Any:
 
 def record_path(root: Path, kind: str, key: Any) -> Path:
     """Where the record of ``key`` of ``kind`` made by this kvenv lives under ``root``."""
-    text = json.dumps([FORMAT, kind, key, code_digest()], sort_keys=True)
+    text = json.dumps([MEMO_FORMAT, kind, key, code_digest()], sort_keys=True)
     return root / LAYOUT / kind / f"{sha256_hex(text.encode('utf-8', 'surrogateescape'))}.json"
 
 
@@ -233,7 +233,7 @@ def get(
         path = record_path(root, kind, key)
         with open(path, "rb") as stream:
             data = json.loads(stream.read())
-        if data["format"] != FORMAT or data["kind"] != kind or data["key"] != _canonical(key):
+        if data["format"] != MEMO_FORMAT or data["kind"] != kind or data["key"] != _canonical(key):
             return None
         for dependency in data["deps"]:
             if not _holds(dependency, host):
@@ -251,7 +251,7 @@ def put(root: Path, kind: str, key: Any, deps: Iterator[Dep] | list[Dep], value:
     if kind not in KINDS:
         raise ValueError(f"not a memo kind: {kind} (add it to kvenv._util.memo.KINDS)")
     data = {
-        "format": FORMAT,
+        "format": MEMO_FORMAT,
         "kind": kind,
         "key": key,
         "deps": [*deps, ["code", None, code_digest()]],

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import argparse
 
-from kvenv.cli import _io
+import kvenv.cli._io as _io
 
 TYPE_CHECKING = False  # typing is not imported at run time (start-up, issue 13)
 if TYPE_CHECKING:

@@ -446,7 +446,7 @@ class _Fetcher:
                 raise Cancelled(f"{artifact.label}: cancelled")
             try:
                 with self.store.writer(label, artifact.size) as (sink, part):
-                    from kvenv.fetch import http  # not imported by an offline apply
+                    import kvenv.fetch.http as http  # not imported by an offline apply
 
                     http.download(
                         url,

@@ -24,8 +24,10 @@ from typing import Any
 import attrs
 from packaging.version import InvalidVersion, Version
 
+import kvenv.runtime.gpus as gpus
+import kvenv.runtime.shardsave as shardsave
+import kvenv.runtime.vllmbuild as vllmbuild
 from kvenv.errors import KvenvError, Problem, RuntimeNotReady, ShardError, UsageError
-from kvenv.runtime import gpus, shardsave, vllmbuild
 from kvenv.runtime.shards import (
     PP_AND_TP_PATTERN,
     SHARD_MANIFEST_NAME,

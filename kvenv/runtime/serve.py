@@ -23,11 +23,11 @@ from typing import IO, Any, Literal
 import attrs
 from packaging.version import InvalidVersion, Version
 
+import kvenv.runtime.vllmbuild as vllmbuild
 from kvenv._util import jsonio
 from kvenv._util.redact import mask
 from kvenv.errors import CheckFailed, KvenvError, Problem, RuntimeNotReady, UsageError
 from kvenv.model.fields import EnvName, check
-from kvenv.runtime import vllmbuild
 from kvenv.runtime.llm import ATTENTION_ENV
 from kvenv.runtime.logpipe import REDACT_ENV
 

@@ -6,14 +6,19 @@ table is checked against them, so the two cannot drift apart. What counts as an 
 
 - ``import kvenv.a.b`` and ``from kvenv.a import b`` (``b`` resolved to the submodule when it is
   one), relative imports resolved against the importing module's package;
+- ``from kvenv.a import b`` also depends on the package ``kvenv.a`` itself: it takes ``b`` from
+  the namespace that ``kvenv/a/__init__.py`` builds, so a module that takes a sibling through a
+  package ``__init__`` that re-exports that module is a cycle (``import kvenv.a.b as b`` names
+  the module directly);
 - imports inside functions (lazy imports): they run, so they count for cycles and layers;
 - a string constant that names a kvenv module exactly (``"kvenv.a.b"`` or ``"kvenv.a.b:Name"``):
   how ``importlib.import_module`` registries reach a module, so it counts like a lazy import;
 - imports under ``if TYPE_CHECKING:`` never run: they do NOT count for cycles, but they DO count
   for the layer rules (a lower layer that names a higher layer's types still depends on it).
 
-Importing ``kvenv.a.b`` also initialises the package ``kvenv.a``; that implicit edge is not
-drawn (it would make every package whose ``__init__`` re-exports a submodule a cycle). Edges
+Importing ``kvenv.a.b`` (or ``from kvenv.a.b import x``) also initialises the package
+``kvenv.a``; that implicit edge is not drawn (it would make every package whose ``__init__``
+re-exports a submodule a cycle). Edges
 into the root package ``kvenv`` are not followed for cycles either: Python initialises the
 root before any submodule, and only :data:`ROOT_NAMES` may be taken from it.
 
@@ -47,7 +52,8 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("kvenv.plan",),
     ("kvenv.fetch",),
     ("kvenv.env",),
-    ("kvenv.runtime", "kvenv.cluster"),
+    ("kvenv.cluster",),
+    ("kvenv.runtime",),
     ("kvenv.cli", "kvenv.__main__"),
 )
 # What any module may take from the root package ``kvenv``.
@@ -137,7 +143,11 @@ def _targets(
         subs = [n for n in names if f"{base}.{n}" in modules]
         rest = tuple(n for n in names if n not in subs)
         targets: list[tuple[str, tuple[str, ...]]] = [(f"{base}.{n}", ()) for n in subs]
-        return [*targets, (base, rest)] if rest or not subs else targets
+        # ``from kvenv.a import b`` takes ``b`` from the package's namespace: it runs
+        # kvenv/a/__init__.py and depends on it, whatever that re-exports (the root package
+        # aside: only ROOT_NAMES may be taken from it, a rule of its own)
+        through = rest or not subs or base.count(".") > 0
+        return [*targets, (base, rest)] if through else targets
     if (
         isinstance(node, ast.Constant)
         and isinstance(node.value, str)
@@ -228,7 +238,7 @@ def layer_violations(
                 f"(layer {layer_of[theirs]}): a module imports its own layer or lower layers "
                 "only (docs/architecture.md)"
             )
-    return problems
+    return list(dict.fromkeys(problems))  # `from kvenv.a import b` names kvenv.a.b and kvenv.a
 
 
 def _graph(imports: Iterable[Import], package: str) -> dict[str, dict[str, Import]]:
@@ -437,6 +447,25 @@ def test_control_a_cycle_through_a_package_init(tmp_path: Path) -> None:
     ]
 
 
+def test_control_a_sibling_taken_through_a_reexporting_init_is_a_cycle(tmp_path: Path) -> None:
+    files = {
+        **CLEAN,
+        "kvenv/runtime/__init__.py": "from kvenv.runtime.llm import LLM\n",
+        "kvenv/runtime/gpus.py": "COUNT = 1\n",
+        "kvenv/runtime/llm.py": "from kvenv.runtime import gpus\nLLM = gpus.COUNT\n",
+    }
+    cycles = import_cycles(find_imports(_tree(tmp_path, files))[0])
+    assert [c.splitlines() for c in cycles] == [
+        [
+            "import cycle: kvenv.runtime → kvenv.runtime.llm → kvenv.runtime",
+            "    kvenv/runtime/__init__.py:1: `from kvenv.runtime.llm import LLM`",
+            "    kvenv/runtime/llm.py:1: `from kvenv.runtime import gpus`",
+        ]
+    ]
+    files["kvenv/runtime/llm.py"] = "import kvenv.runtime.gpus as gpus\nLLM = gpus.COUNT\n"
+    assert check(_tree(tmp_path, files)) == []
+
+
 def test_control_type_checking_imports_make_no_cycle(tmp_path: Path) -> None:
     files = {
         **CLEAN,
@@ -452,7 +481,7 @@ def test_control_a_lower_layer_importing_a_higher_one_fails(tmp_path: Path) -> N
     problems = check(_tree(tmp_path, files))
     assert problems == [
         "kvenv/model/bad.py:3: `from kvenv.cli import host`: kvenv.model (layer 1) may not "
-        "import kvenv.cli (layer 8): a module imports its own layer or lower layers only "
+        "import kvenv.cli (layer 9): a module imports its own layer or lower layers only "
         "(docs/architecture.md)"
     ]
 
