@@ -40,9 +40,9 @@ def _env_digest(*, but: tuple[str, ...] = ()) -> str:
 
 def _memo_dir(args: argparse.Namespace) -> Path:
     from kvenv.env.quickstate import ANSWERS_DIR
-    from kvenv.model.facts import facts_dir
+    from kvenv.model.places import memo_root
 
-    return facts_dir(getattr(args, "cache", None)).parent / ANSWERS_DIR
+    return memo_root(getattr(args, "cache", None)) / ANSWERS_DIR
 
 
 def _key(

@@ -112,10 +112,10 @@ def applied_activation(
     read = read_manifest(path, root=root)
     if on_success is not None and locations is not None and root is not None:
         from kvenv.env.plainstate import vouch
-        from kvenv.model.facts import memo_dir
+        from kvenv.model.places import memo_root
 
         flag = locations.cache if locations.cache_from == "--cache" else None
-        where, memo, accepted = root, memo_dir(flag), path  # for the start-up path, once the
+        where, memo, accepted = root, memo_root(flag), path  # for the start-up path, once the
         on_success.append(lambda: vouch(where, memo, accepted))  # command succeeded
     return activation_for(read), path
 
@@ -154,10 +154,10 @@ def quick_activation(
         return None
     if owned_by_other(root_path, facts.owner):
         return None
-    from kvenv.model.facts import memo_dir
+    from kvenv.model.places import memo_root
 
     try:
-        memo = memo_dir(cache, environ)  # where applied_activation's vouch wrote the verdict
+        memo = memo_root(cache, environ)  # where applied_activation's vouch wrote the verdict
     except KvenvError:
         return None
     state = read_current(root_path, memo)
