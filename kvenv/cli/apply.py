@@ -190,11 +190,11 @@ def host_python(args: argparse.Namespace, loaded: LoadedProfile) -> HostPython:
 
 
 def _memo(args: argparse.Namespace) -> Path:
-    """The user's own cache directory, where memos go (:func:`kvenv.model.facts.memo_dir`):
+    """The user's own cache directory, where memos go (:func:`kvenv.model.places.memo_root`):
     never a profile's ``[paths] cache``, so the pure commands write nothing there."""
-    from kvenv.model.facts import memo_dir
+    from kvenv.model.places import memo_root
 
-    return memo_dir(getattr(args, "cache", None))
+    return memo_root(getattr(args, "cache", None))
 
 
 def _host(

@@ -67,9 +67,9 @@ _NOT_GENERATION = ["KVENV_ROOT", "KVENV_TEST_KILL_AT"]
 
 
 def _memo_root(args: Any) -> Path:
-    from kvenv.model.facts import memo_dir
+    from kvenv.model.places import memo_root
 
-    return memo_dir(getattr(args, "cache", None))
+    return memo_root(getattr(args, "cache", None))
 
 
 def _host_unchanged(identity: Any) -> bool:

@@ -119,9 +119,9 @@ def applied_activation(
     if on_success is not None:
         import attrs
 
-        from kvenv.model.facts import memo_dir
+        from kvenv.model.places import memo_root
 
-        where = memo_dir(locations.cache if locations.cache_from == "--cache" else None)
+        where = memo_root(locations.cache if locations.cache_from == "--cache" else None)
         key = [str(root), profile_name]
         value = {"activation": attrs.asdict(read.activation), "python": read.python}
         value["manifest"] = str(path)
@@ -144,8 +144,8 @@ def quick_activation(
     what is wrong. The host interpreter's directory is put on ``PATH`` afresh, as
     :func:`kvenv.env.activation.activation_for` does every time."""
     from kvenv.errors import KvenvError
-    from kvenv.model.facts import cached_facts, memo_dir
-    from kvenv.model.places import choose_places
+    from kvenv.model.facts import cached_facts
+    from kvenv.model.places import choose_places, memo_root
 
     try:  # an empty --cache or $KVENV_CACHE_DIR: the full path says so, after the profile
         facts = cached_facts(profile, cache=cache, environ=environ)
@@ -159,7 +159,7 @@ def quick_activation(
             configured_cache=facts.configured_cache,
             environ=environ,
         )
-        where = memo_dir(cache, environ)
+        where = memo_root(cache, environ)
     except (KvenvError, OSError):
         return None
     return recorded_activation(where, root_path, facts.name)

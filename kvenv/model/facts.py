@@ -112,24 +112,11 @@ class ProfileFacts:
         return self.name, (None if self.origin == "builtin" else str(self.path.resolve()))
 
 
-def memo_dir(cache: str | Path | None = None, environ: Mapping[str, str] | None = None) -> Path:
-    """The user's own cache directory, where kvenv keeps every memo (profile facts, recalled
-    answers, probed interpreters, manifest verdicts): ``--cache`` when given, else
-    ``$KVENV_CACHE_DIR``, else the user cache. Never a profile's ``[paths] cache`` (not known
-    before the profile is loaded, and not the user's: a pure command writes nothing there)."""
-    from kvenv.model.places import ENV_CACHE, default_cache_dir, given_path
-
-    env = os.environ if environ is None else environ
-    if cache is not None:
-        return given_path(cache, "--cache")
-    if env.get(ENV_CACHE):
-        return given_path(env[ENV_CACHE], f"${ENV_CACHE}")
-    return default_cache_dir()
-
-
 def facts_dir(cache: str | Path | None = None, environ: Mapping[str, str] | None = None) -> Path:
-    """Where records live: under :func:`memo_dir`."""
-    return memo_dir(cache, environ) / FACTS_DIR
+    """Where records live: under the memo's root (:func:`kvenv.model.places.memo_root`)."""
+    from kvenv.model.places import memo_root
+
+    return memo_root(cache, environ) / FACTS_DIR
 
 
 def _key(ref: str | None, cwd: Path, env: Mapping[str, str], code: list[list[Any]]) -> str:

@@ -70,6 +70,19 @@ def default_cache_dir() -> Path:
     return user_cache_dir()
 
 
+def memo_root(cache: str | Path | None = None, environ: Mapping[str, str] | None = None) -> Path:
+    """The user's own cache directory, where kvenv keeps its memo (:mod:`kvenv._util.memo`):
+    ``--cache`` when given, else ``$KVENV_CACHE_DIR``, else the user cache. Never a profile's
+    ``[paths] cache`` (not known before the profile is loaded, and not the user's: a pure
+    command writes nothing there)."""
+    env = os.environ if environ is None else environ
+    if cache is not None:
+        return given_path(cache, "--cache")
+    if env.get(ENV_CACHE):
+        return given_path(env[ENV_CACHE], f"${ENV_CACHE}")
+    return default_cache_dir()
+
+
 def user_cache_dir() -> Path:
     """The user's cache directory for kvenv, whatever ``$KVENV_CACHE_DIR`` says."""
     if sys.platform == "win32":
