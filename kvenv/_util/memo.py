@@ -58,8 +58,7 @@ LAYOUT = "memo-v1"
 KINDS: dict[str, int] = {
     "profile-facts": 64,  # a validated profile's facts (kvenv.model.facts)
     "lock-check": 64,  # a passed `kvenv lock --check` (kvenv.lock.quick)
-    "lock-inputs": 64,  # the host snapshot path of a profile (kvenv.lock.quick)
-    "lock-result": 16,  # an offline lock's text and summary (kvenv.lock.memo)
+    "lock-result": 16,  # an offline lock's text and summary (kvenv.lock.quick)
     "answer": 64,  # what a no-op apply, status or plan answered (kvenv.env.answers)
     "generation": 16,  # a generation built into a new root, to replay (kvenv.env.recall)
     "bundle": 64,  # a bundle opened and verified (kvenv.fetch.bundle)

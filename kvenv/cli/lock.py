@@ -96,62 +96,33 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _remember(args: argparse.Namespace, loaded: Any) -> None:
-    """Record the facts of a profile that loaded (:mod:`kvenv.model.facts`), and for an
-    offline lock its snapshot's path (:mod:`kvenv.lock.quick`): what a repeat needs to answer
-    without loading it. Best effort."""
-    from kvenv.errors import KvenvError
+    """Keep the facts of a profile that loaded (:mod:`kvenv.model.facts`). Best effort."""
     from kvenv.model.facts import remember_facts
 
     remember_facts(loaded, args.profile, cache=args.cache_dir)
-    try:
-        if not args.check and args.offline and not args.refresh:
-            from kvenv.lock.quick import remember_inputs
-
-            remember_inputs(_records(args), loaded.chain, loaded.snapshot_path)
-    except KvenvError:  # e.g. an empty --cache-dir: the command itself reports it
-        return
 
 
-def _facts(args: argparse.Namespace) -> Any:
-    """The profile's recorded facts, or None (then the profile is loaded)."""
-    from kvenv.errors import KvenvError
-    from kvenv.model.facts import cached_facts
+def _root(args: argparse.Namespace) -> Path:
+    """The memo root (``--cache-dir``, else the user's cache), where :mod:`kvenv.lock.quick`'s
+    records go; it is also the artifact cache a check looks in for wheels at hand (as
+    :func:`_wheel_at_hand`) and the lock cache."""
+    from kvenv.model.places import memo_root
 
-    try:
-        return cached_facts(args.profile, cache=args.cache_dir)
-    except KvenvError:  # e.g. an empty --cache-dir: the full path reports it
-        return None
-
-
-def _records(args: argparse.Namespace) -> Path:
-    """Where :mod:`kvenv.lock.quick` keeps its records: beside the profile-facts records."""
-    from kvenv.model.facts import facts_dir
-
-    return facts_dir(args.cache_dir).parent
-
-
-def _artifact_root(args: argparse.Namespace) -> Path:
-    """The artifact cache a check looks in for wheels at hand (as :func:`_wheel_at_hand`)."""
-    from kvenv.model.places import default_cache_dir
-
-    return _cache_dir(args.cache_dir) or default_cache_dir()
+    return memo_root(args.cache_dir)
 
 
 def _quick_check(args: argparse.Namespace) -> int | None:
     """A check that passed before and whose every input is unchanged, answered from its record
     (:mod:`kvenv.lock.quick`) exactly as the full check answers it; None: run the full check."""
-    facts = _facts(args)
-    if facts is None:
-        return None
-    from kvenv.lock.quick import recall_passed
+    from kvenv.lock.quick import CHECK_KIND, check_key, recall
 
-    path: Path = args.output or facts.lock_path
-    root = _artifact_root(args)
-    result = recall_passed(_records(args), facts.chain, path, root, digest=facts.digest)
-    if result is None:
+    root = _root(args)
+    kept = recall(root, CHECK_KIND, check_key(args.profile, args.output, root))
+    if kept is None:
         return None
     try:
-        return _passed(args, path, result["json"], int(result["count"]), list(result["skipped"]))
+        report, count, skipped = kept["json"], int(kept["count"]), list(kept["skipped"])
+        return _passed(args, Path(kept["path"]), report, count, skipped)
     except (KeyError, TypeError, ValueError):
         return None
 
@@ -176,7 +147,7 @@ def _passed(
 
 def _check(args: argparse.Namespace, loaded: Any) -> int:
     from kvenv.errors import CheckFailed, LockError
-    from kvenv.lock.check import check_lock, files_read
+    from kvenv.lock.check import check_lock
     from kvenv.lock.pylock import read_lock
     from kvenv.model.loading import recorded_host
 
@@ -185,30 +156,24 @@ def _check(args: argparse.Namespace, loaded: Any) -> int:
         raise LockError(
             f"no lock file at {path}", hint=f"create it with `kvenv lock {loaded.profile.name}`"
         )
-    from kvenv.lock.quick import identities, observe, remember_passed
+    from kvenv._util import memo
 
-    observed = observe(path, loaded.snapshot_path)  # before the check reads them
-    lock = read_lock(path)
-    host = recorded_host(loaded, must_exist=True).snapshot
-    at_hand = _wheel_at_hand(args.cache_dir)
-    observed["read"] = identities(files_read(loaded, lock, at_hand))
-    report = check_lock(loaded, lock, host, at_hand)
+    with memo.recording() as reads:  # what the check reads, as it reads it
+        lock = read_lock(path)
+        host = recorded_host(loaded, must_exist=True).snapshot
+        report = check_lock(loaded, lock, host, _wheel_at_hand(args.cache_dir))
     if report.ok:
         from contextlib import suppress
 
         from kvenv.errors import KvenvError
+        from kvenv.lock.quick import CHECK_KIND, check_key
 
         count, skipped = len(lock.pylock.packages), list(report.skipped)
-        with suppress(KvenvError):  # an empty --cache-dir or $KVENV_CACHE_DIR: no record
-            remember_passed(
-                _records(args),
-                loaded.chain,
-                path,
-                _artifact_root(args),
-                digest=loaded.digest,
-                observed=observed,
-                result={"json": report.to_json(), "count": count, "skipped": skipped},
-            )
+        kept = {"path": str(path), "json": report.to_json(), "count": count, "skipped": skipped}
+        with suppress(KvenvError):  # a blank --cache-dir or $KVENV_CACHE_DIR: nothing kept
+            root = _root(args)
+            key = check_key(args.profile, args.output, root)
+            memo.put(root, CHECK_KIND, key, [*loaded.reads, *reads.deps], kept)
         return _passed(args, path, report.to_json(), count, skipped)
     if args.json:
         emit_json(report.to_json())
@@ -225,37 +190,30 @@ def _check(args: argparse.Namespace, loaded: Any) -> int:
 
 
 def _quick_lock(args: argparse.Namespace) -> int | None:
-    """An unchanged offline lock answered from its memo (:mod:`kvenv.lock.memo`) without
-    loading the profile: the memo key is made from the recorded facts and inputs, over the
-    same files and settings as the full path's. None (then the full path runs) on any miss,
-    with ``--exclude-newer`` (whose value the full path checks), or when the lock file on disk
-    differs from the kept one (the full path rewrites it)."""
-    if args.exclude_newer is not None:
-        return None
-    facts = _facts(args)
-    if facts is None:
-        return None
+    """An unchanged offline lock answered from its record (:mod:`kvenv.lock.quick`) without
+    loading the profile; None (then the full path runs) on any miss."""
     from kvenv.lock.indexflags import index_values
-    from kvenv.lock.quick import recall_inputs
+    from kvenv.lock.quick import RESULT_KIND, recall, result_key
 
-    inputs = recall_inputs(_records(args), facts.chain)
-    if inputs is None:
-        return None
-    index = index_values(**_index_flags(args))
-    memo = _memo(args, (*facts.chain, inputs["snapshot"], facts.lock_path), facts.lock_path, index)
-    kept = memo.recall()
+    root = _root(args)
+    kept = recall(
+        root, RESULT_KIND, result_key(_flags(args), index_values(**_index_flags(args)), root)
+    )
     if kept is None:
         return None
-    text, data = kept
     try:
-        path = Path(data["lock"])
-        old = path.read_text(encoding="utf-8") if path.is_file() else None
-    except (OSError, UnicodeError, KeyError, TypeError):
+        text, data = str(kept["text"]), dict(kept["summary"])
+    except (KeyError, TypeError, ValueError):
         return None
-    if old != text:
-        return None
-    data["changed"] = False
+    data["changed"] = False  # only a lock that left the file as it was is kept
     return _report(args, data, _package_count(text))
+
+
+def _flags(args: argparse.Namespace) -> dict[str, Any]:
+    """The flags an offline lock's record is kept under (:data:`kvenv.lock.quick.RESULT_FLAGS`)."""
+    from kvenv.lock.quick import RESULT_FLAGS
+
+    return {name: getattr(args, name) for name in RESULT_FLAGS}
 
 
 def _index_flags(args: argparse.Namespace) -> dict[str, Any]:
@@ -293,30 +251,32 @@ def _lock(args: argparse.Namespace, loaded: Any) -> int:
         wheel_at_hand=_wheel_at_hand(args.cache_dir),
     )
     index = (config.index_url, config.extra_index_urls, config.find_links, config.no_index)
-    profile_files = (*loaded.chain, loaded.snapshot_path, loaded.lock_path)
-    memo = (
-        _memo(args, profile_files, loaded.lock_path, index)
-        if args.offline and not args.refresh
-        else None
-    )
-    kept = memo.recall() if memo is not None else None
-    if kept is not None:
-        text, data = kept
-        path = Path(data["lock"])
-        old = path.read_text(encoding="utf-8") if path.is_file() else None
-        data["changed"] = old != text
-        if data["changed"]:
-            write_lock(path, text)
-    else:
+    kept = args.offline and not args.refresh  # an online lock reads the index: never kept
+    if kept:
+        from kvenv.lock.quick import result_inputs
+
+        flags, root = _flags(args), _root(args)
+        inputs = result_inputs(  # before the resolution reads them
+            flags,
+            lock=loaded.lock_path,
+            snapshot=loaded.snapshot_path,
+            cache_root=root,
+            find_links=config.find_links,
+        )
+    from kvenv._util import memo
+
+    with memo.recording() as reads:  # the wheels at hand the protected-name check looks for
         result = lock_profile(loaded, options)
-        if result.changed:
-            write_lock(result.path, result.text)
-        data = dict(summary(result))
-        if memo is not None:
-            wheels = [(p.wheel.sha256, p.wheel.filename) for p in result.resolution.packages]
-            memo.remember(result.text, data, [(sha, n) for sha, n in wheels if sha])
-        text = result.text
-    return _report(args, data, _package_count(text))
+    if result.changed:
+        write_lock(result.path, result.text)
+    data = dict(summary(result))
+    if kept and not result.changed:
+        from kvenv.lock.quick import RESULT_KIND, result_key
+
+        value = {"text": result.text, "summary": data}
+        deps = [*loaded.reads, *inputs, *reads.deps]
+        memo.put(root, RESULT_KIND, result_key(flags, index, root), deps, value)
+    return _report(args, data, _package_count(result.text))
 
 
 def _package_count(text: str) -> int:
@@ -349,66 +309,6 @@ def _report(args: argparse.Namespace, data: dict[str, Any], packages: int) -> in
     return EXIT_OK
 
 
-class _Memo:
-    """One offline lock's memo entry (kvenv.lock.memo), with what checks a kept result."""
-
-    def __init__(self, root: Path, key: str, present: Callable[[str, str], bool]) -> None:
-        self.root, self.key, self.present = root, key, present
-
-    def recall(self) -> tuple[str, dict[str, Any]] | None:
-        from kvenv.lock.memo import recall
-
-        return recall(self.root, self.key, self.present)
-
-    def remember(self, text: str, data: dict[str, Any], wheels: list[tuple[str, str]]) -> None:
-        from kvenv.lock.memo import remember
-
-        remember(self.root, self.key, (text, data), wheels, self.present)
-
-
-def _memo(
-    args: argparse.Namespace,
-    profile_files: tuple[Path | None, ...],
-    lock_path: Path,
-    index: tuple[str | None, tuple[str, ...], tuple[str, ...], bool],
-) -> _Memo:
-    """The memo entry of this offline lock: its key covers every input it reads.
-    ``profile_files``: the profile's ``extends`` chain, its host snapshot and its lock;
-    ``index``: (main index, extra indexes, find-links, no-index) as
-    :func:`kvenv.lock.indexflags.index_values` gives them."""
-    from kvenv.lock.memo import memo_key
-    from kvenv.model.places import default_cache_dir
-
-    root = _cache_dir(args.cache_dir) or default_cache_dir()
-    output = args.output or lock_path
-    files = [
-        *profile_files,
-        output,
-        args.native_requires,
-        *args.require,
-        *args.prefer,
-        *args.constraint,
-    ]
-    index_url, extra_index_urls, find_links, no_index = index
-    settings = {
-        "index": [index_url, list(extra_index_urls), no_index],
-        "find-links": list(find_links),
-        "exclude-newer": args.exclude_newer,
-        "fresh": args.fresh,
-        "portable": args.portable,
-        "output": str(output),
-    }
-    key = memo_key(files=files, settings=settings, cache_root=root, find_links=find_links)
-    from kvenv.fetch.cache import ArtifactCache
-
-    artifacts = ArtifactCache(_artifact_root(args))  # where _wheel_at_hand looks
-
-    def present(sha256: str, filename: str) -> bool:
-        return (artifacts.entry(sha256) / filename).is_file()
-
-    return _Memo(root, key, present)
-
-
 def _cache_dir(value: str | None) -> Path | None:
     """``--cache-dir``, absolute; an empty one is refused (it would mean the current dir)."""
     from kvenv.model.places import given_path
@@ -421,9 +321,12 @@ def _wheel_at_hand(cache_dir: str | None) -> Callable[[str, str, int | None], Pa
     the entry is content-addressed; the lock engine checks its size, then reads its file list)."""
 
     def find(sha256: str, filename: str, size: int | None) -> Path | None:
+        from kvenv._util import memo
         from kvenv.fetch.cache import ArtifactCache, default_cache_root
 
         root = _cache_dir(cache_dir) or default_cache_root()
-        return ArtifactCache(root).entry(sha256) / filename
+        path = ArtifactCache(root).entry(sha256) / filename
+        memo.note("stat", str(path))  # a kept lock or check holds while it is as it was
+        return path
 
     return find

@@ -25,6 +25,7 @@ from packaging.requirements import InvalidRequirement, Requirement
 from packaging.utils import canonicalize_name
 from packaging.version import Version
 
+from kvenv._util import memo
 from kvenv.errors import Problem
 from kvenv.lock.candidates import name_key
 from kvenv.lock.contents import (
@@ -186,6 +187,7 @@ def _check_native(loaded: LoadedProfile, lock: LockFile, file: str) -> Iterator[
     size: int | None = pin.size
     if size is None and isinstance(pin.source, PathSource):
         local = loaded.resolve(pin.source.path)
+        memo.note("stat", str(local))  # a passed check holds while it is as it was
         size = local.stat().st_size if local.is_file() else None
     if size is not None and wheel.size != size:
         yield Problem(
@@ -273,33 +275,14 @@ def _wheel_places(lock: LockFile, wheel: PackageWheel, at_hand: WheelAtHand | No
 
 
 def _wheel_file(lock: LockFile, wheel: PackageWheel, at_hand: WheelAtHand | None) -> Path | None:
-    """The wheel's file on this machine (of the size the lock gives), or None."""
+    """The wheel's file on this machine (of the size the lock gives), or None. Each place
+    looked at is noted (:mod:`kvenv.lock.quick`: a passed check holds while it is as it was)."""
     for candidate in _wheel_places(lock, wheel, at_hand):
+        memo.note("stat", str(candidate))
         found = sized_file(candidate, wheel.size)
         if found is not None:
             return found
     return None
-
-
-def files_read(
-    loaded: LoadedProfile, lock: LockFile, at_hand: WheelAtHand | None = None
-) -> list[Path]:
-    """Every file :func:`check_lock` may read or stat besides the profile, the lock and the
-    host snapshot: each place a locked wheel may be at hand (whose file list is read), and a
-    ``path`` native wheel of no pinned size (whose size is compared). A recorded verdict
-    (:mod:`kvenv.lock.quick`) holds only while each of these is as it was."""
-    from kvenv.model.profile import PathSource
-
-    found = [
-        place
-        for package in lock.pylock.packages
-        for wheel in package.wheels or ()
-        for place in _wheel_places(lock, wheel, at_hand)
-    ]
-    pin = loaded.profile.native
-    if pin is not None and pin.size is None and isinstance(pin.source, PathSource):
-        found.append(loaded.resolve(pin.source.path))
-    return list(dict.fromkeys(found))
 
 
 def _check_contents(

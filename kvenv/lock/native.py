@@ -14,6 +14,7 @@ import attrs
 from packaging.utils import canonicalize_name
 from packaging.version import Version
 
+from kvenv._util import memo
 from kvenv._util.hashing import sha256_file
 from kvenv._util.redact import redact_url
 from kvenv.errors import FetchError, IntegrityError, KvenvError
@@ -92,6 +93,7 @@ def _from_source(
     source = native.source
     if isinstance(source, PathSource):
         path = loaded.resolve(source.path)
+        memo.note("stat", str(path))  # a kept offline lock holds while it is as it was
         if not path.is_file():
             raise FetchError(f"native wheel not found: {path}")
         digest, _size = sha256_file(path)

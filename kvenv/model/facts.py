@@ -2,39 +2,30 @@
 
 Loading a profile (TOML, ``extends``, cattrs structuring into the attrs model, every check)
 costs more than the whole budget of ``kvenv activate`` (issue 13), and the answer is a pure
-function of the profile's files. So once a profile has loaded and validated, the CLI records
-its facts (:func:`remember_facts`): name, file, origin, digest, ``[paths]``, ``[host] python``,
-the lock's path and the native pin. A later command that needs only these reads the record
-(:func:`cached_facts`), which imports nothing heavier than ``json`` (hashing with CPython's own
-sha256, not OpenSSL's).
+function of the profile's files. So once a profile has loaded and validated, the CLI keeps its
+facts (:func:`remember_facts`) as the memo kind ``profile-facts`` (:mod:`kvenv._util.memo`):
+name, file, origin, digest, ``[paths]``, ``[host] python``, the lock's path and the native
+pin. A later command that needs only these asks the memo (:func:`cached_facts`), which imports
+nothing heavier than ``json``.
 
-A record is used only while everything that decided it is unchanged, else it is a miss and
-the command loads the profile as before (a record never makes a command fail):
-
-- the same reference (name or path), working directory and ``$KVENV_PROFILE_PATH`` /
-  ``$KVENV_PROFILE`` (they are the record's key);
-- the bytes of every file of the ``extends`` chain (sha256 of each, read again every time:
-  profiles are a few KB);
-- every directory a name is looked up in (the project's ``profiles/``, each
-  ``$KVENV_PROFILE_PATH`` entry, the built-ins, and the directory of every file of the chain)
-  by its identity (device, inode, mtime): a profile added, removed or renamed there changes
-  the directory's mtime, so a name can never silently resolve to another file;
-- kvenv's model code (``kvenv/model/*.py`` and ``kvenv/__init__.py``, by identity): a
-  different kvenv (another digest rule, another check) never reuses another's verdict.
-
-Only a profile that loaded without problems is recorded; an invalid one always takes the full
-path, which reports every problem.
+The key is what names the profile (:func:`profile_key`: the reference, the working directory,
+``$KVENV_PROFILE_PATH``, and ``$KVENV_PROFILE`` when no reference is given). The dependencies
+are what the loader noted while it loaded (:attr:`kvenv.model.loading.LoadedProfile.reads`):
+the sha256 of the very bytes it parsed of every file of the ``extends`` chain, and every
+directory it looked a name up in by identity (a profile added, removed or renamed there changes
+the directory's mtime, so a name never silently resolves to another file). The memo adds
+kvenv's own code. Anything changed, or a damaged record, is a miss: the command loads the
+profile as before (a record never makes a command fail). Only a profile that loaded without
+problems is kept; an invalid one always takes the full path, which reports every problem.
 """
 
 from __future__ import annotations
 
-import json
 import os
 from collections.abc import Mapping
 from pathlib import Path
 
-from kvenv._util import jsonio
-from kvenv._util.identity import code_identity, sha256_hex, small_sha256, stat_identity
+from kvenv._util import memo
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -42,16 +33,29 @@ if TYPE_CHECKING:
 
     from kvenv.model.loading import LoadedProfile
 
-FACTS_DIR = "profile-facts-v1"
-_KEEP = 64  # records kept; the oldest go when more are written
+FACTS_KIND = "profile-facts"
+_TEXT = ("name", "path", "origin", "digest", "lock")
+_OPTIONAL = ("paths_root", "paths_cache", "host_python")
+_NATIVE = ("name", "version", "sha256", "kind")
 
 
 class ProfileFacts:
-    """A validated profile's facts, as :func:`remember_facts` recorded them."""
+    """A validated profile's facts, as :func:`remember_facts` kept them."""
 
     __slots__ = ("_data",)
 
-    def __init__(self, data: Mapping[str, Any]) -> None:
+    def __init__(self, data: Any) -> None:
+        """The facts of ``data``; TypeError or KeyError when it has another shape."""
+        native = data["native"]
+        if not (
+            all(isinstance(data[k], str) for k in _TEXT)
+            and all(data[k] is None or isinstance(data[k], str) for k in _OPTIONAL)
+            and isinstance(data["has_target"], bool)
+            and isinstance(data["chain"], list)
+            and all(isinstance(p, str) for p in data["chain"])
+            and (native is None or all(isinstance(native[k], str) for k in _NATIVE))
+        ):
+            raise TypeError("not the facts of a profile")
         self._data = dict(data)
 
     @property
@@ -72,7 +76,7 @@ class ProfileFacts:
 
     @property
     def chain(self) -> tuple[Path, ...]:
-        return tuple(Path(p) for p, _ in self._data["files"])
+        return tuple(Path(p) for p in self._data["chain"])
 
     @property
     def configured_root(self) -> str | None:
@@ -112,32 +116,28 @@ class ProfileFacts:
         return self.name, (None if self.origin == "builtin" else str(self.path.resolve()))
 
 
-def facts_dir(cache: str | Path | None = None, environ: Mapping[str, str] | None = None) -> Path:
-    """Where records live: under the memo's root (:func:`kvenv.model.places.memo_root`)."""
-    from kvenv.model.places import memo_root
-
-    return memo_root(cache, environ) / FACTS_DIR
-
-
-def _key(ref: str | None, cwd: Path, env: Mapping[str, str], code: list[list[Any]]) -> str:
-    """The record's name: what names the profile, and the model code that reads it (two kvenv
-    installs sharing a cache keep their own records instead of replacing each other's)."""
-    from kvenv import __version__
+def profile_key(
+    ref: str | None, cwd: Path | None = None, environ: Mapping[str, str] | None = None
+) -> list[Any]:
+    """What names a profile, the key of every memo of a profile's verdict: the reference, the
+    working directory, ``$KVENV_PROFILE_PATH``, and ``$KVENV_PROFILE`` when ``ref`` is None."""
     from kvenv.model.places import ENV_DEFAULT, ENV_PATH
 
-    parts = [__version__, ref, str(cwd), env.get(ENV_PATH), None if ref else env.get(ENV_DEFAULT)]
-    return sha256_hex(json.dumps([*parts, code]).encode())[:32]
+    env = os.environ if environ is None else environ
+    default = None if ref else env.get(ENV_DEFAULT)
+    return [ref, str(cwd or Path.cwd()), env.get(ENV_PATH), default]
 
 
-def _lookup_dirs(chain: list[Path], cwd: Path, env: Mapping[str, str]) -> list[str]:
-    from kvenv._util.resources import data_dir
-    from kvenv.model.places import ENV_PATH
+def _root(cache: str | Path | None, environ: Mapping[str, str] | None) -> Path | None:
+    """The memo root, or None for a blank ``--cache`` or ``$KVENV_CACHE_DIR`` (a miss: the
+    full path reports it)."""
+    from kvenv.errors import KvenvError
+    from kvenv.model.places import memo_root
 
-    dirs = [cwd / "profiles"]
-    dirs += [Path(e).expanduser() for e in env.get(ENV_PATH, "").split(os.pathsep) if e]
-    dirs.append(data_dir("profiles"))
-    dirs += [p.parent for p in chain]
-    return list(dict.fromkeys(str(d) for d in dirs))
+    try:
+        return memo_root(cache, environ)
+    except KvenvError:
+        return None
 
 
 def remember_facts(
@@ -148,44 +148,23 @@ def remember_facts(
     cwd: Path | None = None,
     environ: Mapping[str, str] | None = None,
 ) -> None:
-    """Record ``loaded`` (loaded from ``ref``, valid) for :func:`cached_facts`, unless a
-    current record is already there. Best effort: a record that cannot be written (an
-    unwritable or blank cache) is simply not there next time.
-
-    The chain's files are recorded by the sha256 of the bytes the loader parsed
-    (``loaded.chain_sha256``), so a file edited after it was read is a miss next time, never
-    a record of the old verdict under the new bytes."""
-    from kvenv.errors import KvenvError
-
-    env = os.environ if environ is None else environ
-    here = cwd or Path.cwd()
-    chain = list(loaded.chain)
-    if len(loaded.chain_sha256) != len(chain):
-        return  # built without the loader's digests: nothing to vouch for
-    try:
-        if cached_facts(ref, cache=cache, cwd=here, environ=env) is not None:
-            return
-        directory = facts_dir(cache, env)
-        data = _record(loaded, here, env)
-        directory.mkdir(parents=True, exist_ok=True)
-        target = directory / f"{_key(ref, here, env, data['code'])}.json"
-        from kvenv._util.atomic import write_bytes
-
-        write_bytes(target, json.dumps(data, sort_keys=True).encode(), durable=False)
-        _trim(directory)
-    except (OSError, KvenvError):
+    """Keep the facts of ``loaded`` (loaded from ``ref``, valid) for :func:`cached_facts`,
+    unless a current record is already there; valid while what the loader read is unchanged
+    (the bytes it parsed: a file edited after it was read is a miss next time). Best effort."""
+    root = _root(cache, environ)
+    if root is None or not loaded.reads:  # not built by the loader: nothing to vouch for
         return
+    key = profile_key(ref, cwd, environ)
+    if memo.get(root, FACTS_KIND, key) is None:
+        memo.put(root, FACTS_KIND, key, list(loaded.reads), _facts_of(loaded))
 
 
-def _record(loaded: LoadedProfile, here: Path, env: Mapping[str, str]) -> dict[str, Any]:
-    chain = list(loaded.chain)
+def _facts_of(loaded: LoadedProfile) -> dict[str, Any]:
     profile = loaded.profile
     native = profile.native
     host_python = loaded.host_python_path
     return {
-        "files": [[str(p), sha] for p, sha in zip(chain, loaded.chain_sha256, strict=True)],
-        "dirs": [[d, stat_identity(d)] for d in _lookup_dirs(chain, here, env)],
-        "code": code_identity(),
+        "chain": [str(p) for p in loaded.chain],
         "name": profile.name,
         "path": str(loaded.path),
         "origin": loaded.origin,
@@ -207,12 +186,6 @@ def _record(loaded: LoadedProfile, here: Path, env: Mapping[str, str]) -> dict[s
     }
 
 
-def _trim(directory: Path) -> None:
-    entries = sorted(directory.glob("*.json"), key=lambda p: p.stat().st_mtime_ns)
-    for old in entries[:-_KEEP]:
-        old.unlink(missing_ok=True)
-
-
 def cached_facts(
     ref: str | None,
     *,
@@ -220,49 +193,13 @@ def cached_facts(
     cwd: Path | None = None,
     environ: Mapping[str, str] | None = None,
 ) -> ProfileFacts | None:
-    """The recorded facts of the profile ``ref`` names, or None (no record, or anything that
-    decided it changed: see the module's docstring)."""
-    env = os.environ if environ is None else environ
-    here = cwd or Path.cwd()
-    from kvenv.errors import KvenvError
-
-    code = code_identity()
-    try:
-        record = facts_dir(cache, env) / f"{_key(ref, here, env, code)}.json"
-        data = jsonio.loads_json(record.read_bytes(), file=str(record))
-    except (OSError, ValueError, KvenvError):  # KvenvError: a blank cache path
+    """The kept facts of the profile ``ref`` names, or None (none kept, anything that decided
+    them changed, or a damaged record: see the module's docstring)."""
+    root = _root(cache, environ)
+    value = None if root is None else memo.get(root, FACTS_KIND, profile_key(ref, cwd, environ))
+    if value is None:
         return None
     try:
-        if data["code"] != code:
-            return None
-        for path, sha in data["files"]:
-            if small_sha256(path) != sha:
-                return None
-        for directory, identity in data["dirs"]:
-            if stat_identity(directory) != identity:
-                return None
-        if not _well_formed(data):
-            return None
-    except (KeyError, TypeError, ValueError):
+        return ProfileFacts(value)
+    except (KeyError, TypeError):
         return None
-    return ProfileFacts(data)
-
-
-def _well_formed(data: Mapping[str, Any]) -> bool:
-    strings = ("name", "path", "origin", "digest", "lock")
-    optional = ("paths_root", "paths_cache", "host_python")
-    native = data["native"]
-    return (
-        all(isinstance(data[k], str) for k in strings)
-        and all(data[k] is None or isinstance(data[k], str) for k in optional)
-        and isinstance(data["has_target"], bool)
-        and (
-            native is None
-            or (
-                isinstance(native, dict)
-                and all(
-                    isinstance(native.get(k), str) for k in ("name", "version", "sha256", "kind")
-                )
-            )
-        )
-    )

@@ -46,8 +46,9 @@ class LoadedProfile:
     chain: tuple[Path, ...]  # the file itself first, then its parents
     # (value, project dir) of relative paths a parent set: they stay relative to that parent
     inherited_paths: tuple[tuple[str, Path], ...] = ()
-    # the sha256 of the bytes of each file of ``chain`` as parsed (empty: not known)
-    chain_sha256: tuple[str, ...] = ()
+    # the memo dependencies the loader noted (kvenv._util.memo's seam): the bytes of each file
+    # of ``chain`` as parsed, each directory a name was looked up in (empty: not loaded)
+    reads: tuple[list[Any], ...] = attrs.field(default=(), eq=False, repr=False)
 
     @property
     def base_dir(self) -> Path:
@@ -128,6 +129,7 @@ def find_profile(ref: str, *, cwd: Path | None = None) -> tuple[Path, str]:
     for origin, directory in _search_dirs(here):
         candidate = directory / f"{ref}.toml"
         looked.append(str(directory))
+        memo.note("stat", str(directory))  # a profile added here would shadow a later one
         if candidate.is_file():
             return candidate, origin
     import difflib
@@ -185,17 +187,17 @@ def iter_misnamed(*, cwd: Path | None = None) -> Iterator[tuple[str, str, Path, 
                 yield path.stem, origin, path, why
 
 
-def _read_raw(path: Path) -> tuple[dict[str, Any], str]:
+def _read_raw(path: Path) -> dict[str, Any]:
     from kvenv.model.fields import MAX_PROFILE_BYTES
 
     try:
-        raw, sha256 = tomlio.read_hashed(path, max_bytes=MAX_PROFILE_BYTES, what="profile")
+        raw = tomlio.read(path, max_bytes=MAX_PROFILE_BYTES, what="profile")
     except InputError as exc:
         raise exc.recast(ProfileNotReadable) from None
     problems = list(_overlong(raw, "$", str(path)))
     if problems:
         raise ProfileError(f"invalid profile: {path}", problems=problems)
-    return raw, sha256
+    return raw
 
 
 def _overlong(node: Any, where: str, file: str) -> Iterator[Problem]:
@@ -252,9 +254,32 @@ def _owner(path: str, chain: list[tuple[Path, dict[str, Any]]]) -> Path:
 def load_profile(ref: str | None = None, *, cwd: Path | None = None) -> LoadedProfile:
     """Find, read, merge and check a profile. Every problem is reported at once."""
     here = cwd or Path.cwd()
+    with memo.recording() as reads:
+        path, origin, chain = _read_chain(ref, here)
+    merged: dict[str, Any] = {}
+    for _, raw in reversed(chain):
+        merged = _merge(merged, raw)
+    for keys in _NOT_INHERITED:
+        _keep_own(merged, chain[0][1], keys)
+    try:
+        profile = convert.structure(merged, Profile, file=str(path), what="profile")
+    except InputError as exc:
+        problems = [p.replace(file=str(_owner(p.path or "$", chain))) for p in exc.problems]
+        raise ProfileError(f"invalid profile: {path}", problems=problems) from None
+    problems = check_profile(profile, file=str(path))
+    if problems:
+        raise ProfileError(f"invalid profile: {path}", problems=problems)
+    inherited = tuple(_inherited_paths(profile, chain))
+    return LoadedProfile(
+        profile, path, origin, tuple(p for p, _ in chain), inherited, reads=tuple(reads.deps)
+    )
+
+
+def _read_chain(ref: str | None, here: Path) -> tuple[Path, str, list[tuple[Path, dict[str, Any]]]]:
+    """The profile ``ref`` names (path, origin) and its ``extends`` chain, child first: each
+    file with its raw document."""
     path, origin = find_profile(ref or default_profile_ref(), cwd=here)
     chain: list[tuple[Path, dict[str, Any]]] = []
-    shas: list[str] = []
     current: Path | None = path
     while current is not None:
         resolved = current.resolve()
@@ -265,11 +290,10 @@ def load_profile(ref: str | None = None, *, cwd: Path | None = None) -> LoadedPr
                 problems=[Problem("cycle in extends", file=str(chain[-1][0]), path="$.extends")],
                 hint="remove one of the extends links",
             )
-        raw, sha256 = _read_raw(current)
+        raw = _read_raw(current)
         if not raw:
             raise _empty_profile(current, here)
         chain.append((current, raw))
-        shas.append(sha256)
         parent = raw.get("extends")
         if parent is None:
             current = None
@@ -286,23 +310,7 @@ def load_profile(ref: str | None = None, *, cwd: Path | None = None) -> LoadedPr
             )
         else:
             current = _find_parent(parent, current, here)
-    merged: dict[str, Any] = {}
-    for _, raw in reversed(chain):
-        merged = _merge(merged, raw)
-    for keys in _NOT_INHERITED:
-        _keep_own(merged, chain[0][1], keys)
-    try:
-        profile = convert.structure(merged, Profile, file=str(path), what="profile")
-    except InputError as exc:
-        problems = [p.replace(file=str(_owner(p.path or "$", chain))) for p in exc.problems]
-        raise ProfileError(f"invalid profile: {path}", problems=problems) from None
-    problems = check_profile(profile, file=str(path))
-    if problems:
-        raise ProfileError(f"invalid profile: {path}", problems=problems)
-    inherited = tuple(_inherited_paths(profile, chain))
-    return LoadedProfile(
-        profile, path, origin, tuple(p for p, _ in chain), inherited, chain_sha256=tuple(shas)
-    )
+    return path, origin, chain
 
 
 def _inherited_paths(
@@ -356,6 +364,7 @@ def _find_parent(parent: str, child: Path, cwd: Path) -> Path:
         directories = [child.parent, *(d for _, d in _search_dirs(cwd))]
         for directory in directories:
             candidate = directory / f"{parent}.toml"
+            memo.note("stat", str(directory))
             if candidate.is_file() and not _same_file(candidate, child):
                 return candidate
             itself = itself or (candidate.is_file() and _same_file(candidate, child))

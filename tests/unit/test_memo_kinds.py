@@ -32,16 +32,6 @@ ALLOWED: dict[str, str] = {
     "x86-64-v3": "model/cpuisa.py: a psABI level's name, not a record directory",
     "x86-64-v4": "model/cpuisa.py: a psABI level's name, not a record directory",
 }
-# The record directories of the speed records before the memo: removed at merge, issue 27
-# (the lead empties this set when the helpers' branches land).
-LEGACY = frozenset(
-    {
-        "profile-facts-v1",
-        "lock-checks-v1",
-        "lock-inputs-v1",
-        "lock-memo-v1",
-    }
-)
 
 
 def versioned_names(root: Path) -> list[tuple[str, int, str]]:
@@ -63,7 +53,7 @@ def versioned_names(root: Path) -> list[tuple[str, int, str]]:
     return sorted(found)
 
 
-def ad_hoc_records(root: Path, allowed: frozenset[str] = frozenset(ALLOWED) | LEGACY) -> list[str]:
+def ad_hoc_records(root: Path, allowed: frozenset[str] = frozenset(ALLOWED)) -> list[str]:
     """Each versioned record directory named outside the memo and not allowed, as
     ``file:line: message``."""
     return [
@@ -125,9 +115,10 @@ def test_control_a_new_versioned_directory_is_named_with_file_and_line(tmp_path:
     ]
 
 
-def test_control_a_legacy_name_passes_only_while_tolerated(tmp_path: Path) -> None:
+def test_control_a_name_passes_only_while_allowed(tmp_path: Path) -> None:
     root = _tree(tmp_path, {"kvenv/lock/quick.py": 'DIR = "lock-checks-v1"\n'})
-    assert ad_hoc_records(root) == []
+    assert ad_hoc_records(root, frozenset(ALLOWED) | {"lock-checks-v1"}) == []
+    assert [p.split(": ")[0] for p in ad_hoc_records(root)] == ["kvenv/lock/quick.py:1"]
     assert [p.split(": ")[0] for p in ad_hoc_records(root, frozenset(ALLOWED))] == [
         "kvenv/lock/quick.py:1"
     ]

@@ -22,13 +22,14 @@ from typing import Any
 import pytest
 
 import kvenv.env.runenv as runenv
+from kvenv._util.memo import LAYOUT
 from kvenv.cli import main
 from kvenv.env.root import current_manifest_path
-from kvenv.model.facts import FACTS_DIR
 from tests.support.applyenv import Project, apply, fake_host_site, host_snapshot, local_project
 from tests.support.applyenv import locations as where_of
 
 SHELLS = ("bash", "zsh", "sh", "fish", "pwsh", "json")
+FACTS_DIR = f"{LAYOUT}/profile-facts"
 RECORDS = Path("memo-v1") / "activation"  # the memo kind the start-up path answers from
 
 

@@ -11,8 +11,10 @@ from typing import Any
 import pytest
 
 import kvenv.model.loading
+from kvenv._util.memo import LAYOUT
 from kvenv.cli import main
-from kvenv.model.facts import FACTS_DIR
+
+FACTS_DIR = f"{LAYOUT}/profile-facts"
 
 PARENT = 'schema = 1\nname = "base"\ndescription = "parent"\n[runtime]\ndtype = "float16"\n'
 CHILD = 'schema = 1\nname = "child"\nextends = "base"\ndescription = "child"\n'

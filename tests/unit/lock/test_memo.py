@@ -12,8 +12,8 @@ from typing import Any
 import pytest
 
 import kvenv.lock.engine
+from kvenv._util import memo
 from kvenv.cli import main
-from kvenv.lock.memo import MEMO_DIR
 from tests.support.lockenv import (
     HOST_TORCH,
     basic_house,
@@ -22,6 +22,8 @@ from tests.support.lockenv import (
     write_project,
 )
 from tests.support.wheels import build_wheel
+
+MEMO_DIR = f"{memo.LAYOUT}/lock-result"
 
 
 @pytest.fixture(autouse=True)
@@ -153,11 +155,12 @@ def test_a_wheel_now_at_hand_is_checked_again(
     counter = Counter(monkeypatch)
     _run(argv, capsys)
     kept = next((tmp_path / "cache" / MEMO_DIR).glob("*.json"))
-    sha, filename, was_at_hand = json.loads(kept.read_text())["wheels"][0]
-    assert was_at_hand is False
-    entry = ArtifactCache(tmp_path / "cache").entry(sha)
-    entry.mkdir(parents=True, exist_ok=True)
-    (entry / filename).write_bytes(b"at hand")
+    looked = [Path(a) for k, a, v in json.loads(kept.read_text())["deps"] if k == "stat"]
+    entries = str(ArtifactCache(tmp_path / "cache").entry("0" * 64).parent.parent)
+    wheel = next(p for p in looked if str(p).startswith(entries) and p.suffix == ".whl")
+    assert not wheel.exists()  # looked for, not at hand
+    wheel.parent.mkdir(parents=True, exist_ok=True)
+    wheel.write_bytes(b"at hand")
     capsys.readouterr()
     main(argv)
     assert counter.calls == 2

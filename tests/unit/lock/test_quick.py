@@ -15,9 +15,11 @@ import pytest
 
 import kvenv.lock.check
 import kvenv.model.loading
+from kvenv._util import memo
 from kvenv.cli import main
-from kvenv.lock.quick import CHECKS_DIR, INPUTS_DIR, recall_passed
-from kvenv.model.facts import FACTS_DIR
+from kvenv.lock.quick import CHECK_KIND, RESULT_KIND, check_key, recall
+from kvenv.model.facts import remember_facts
+from tests.support.audit import reads_of, uncovered
 from tests.support.lockenv import (
     HOST_TORCH,
     basic_house,
@@ -79,9 +81,18 @@ def _run(argv: list[str], capsys: pytest.CaptureFixture[str]) -> Said:
     return code, said.out, said.err
 
 
+CHECKS_DIR = f"{memo.LAYOUT}/{CHECK_KIND}"
+FACTS_DIR = f"{memo.LAYOUT}/profile-facts"
+
+
 def _forget(cache: Path, *kinds: str) -> None:
     for kind in kinds:
         shutil.rmtree(cache / kind, ignore_errors=True)
+
+
+def _kept(cache: Path, output: Path | None = None, at_hand: Path | None = None) -> Any:
+    """The passed check of ``testbox`` kept in ``cache`` (run from the working directory)."""
+    return recall(cache, CHECK_KIND, check_key("testbox", output, at_hand or cache))
 
 
 CHECKS = [["lock", "testbox", "--check"], ["lock", "testbox", "--check", "--json"]]
@@ -163,7 +174,7 @@ def test_an_edit_is_noticed_with_the_record_present(
     loads = Loads(monkeypatch)
     with_record = _run(argv, capsys)
     assert with_record[0] != 0 and loads.take() == 1
-    _forget(cache, CHECKS_DIR, FACTS_DIR, INPUTS_DIR)
+    _forget(cache, CHECKS_DIR, FACTS_DIR)
     assert _run(argv, capsys) == with_record  # the same failure as without any record
     assert not list((cache / CHECKS_DIR).glob("*.json"))  # a failure is never recorded
 
@@ -239,23 +250,23 @@ def test_a_damaged_record_is_a_miss(
     assert _run(CHECKS[0], capsys) == full and loads.take() == 1
     for record in (cache / CHECKS_DIR).glob("*.json"):
         data = json.loads(record.read_text())
-        data["result"] = "not a dict"
+        data["value"] = "not a dict"
         record.write_text(json.dumps(data))
     assert _run(CHECKS[0], capsys) == full and loads.take() == 1
 
 
-def test_a_record_holds_only_for_the_same_lock_path(project: Path, cache: Path) -> None:
+def test_a_record_holds_only_for_the_same_lock_path(
+    project: Path, cache: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     lock = project / "locks" / "pylock.testbox.toml"
-    chain = (project / "profiles" / "testbox.toml", project / "profiles" / "base.toml")
-    digest = kvenv.model.loading.load_profile("testbox").digest
     assert main(["lock", "testbox", "--check"]) == 0
-    assert recall_passed(cache, chain, lock, cache, digest=digest) is not None
+    assert _kept(cache) is not None
     copy = project / "copy.toml"
     copy.write_bytes(lock.read_bytes())
-    assert recall_passed(cache, chain, copy, cache, digest=digest) is None
-    assert recall_passed(cache, chain, lock, project, digest=digest) is None  # another cache
-    assert recall_passed(cache, chain[:1], lock, cache, digest=digest) is None
-    assert recall_passed(cache, chain, lock, cache, digest="sha256:other") is None
+    assert _kept(cache, output=copy) is None  # --output names another lock
+    assert _kept(cache, at_hand=project) is None  # another cache
+    _edit_profile(project)
+    assert _kept(cache) is None  # a file of the chain changed
 
 
 @pytest.mark.parametrize("edit", ["lock", "snapshot", "profile"])
@@ -311,8 +322,8 @@ def test_an_unchanged_offline_lock_skips_loading_the_profile(
     quick = _run(argv, capsys)
     assert loads.take() == 0  # from the memo, the profile not loaded
     assert lock.read_bytes() == before
-    _forget(cache, FACTS_DIR, INPUTS_DIR)
-    kept = _run(argv, capsys)  # the memo's hit through the full path, as before
+    _forget(cache, f"{memo.LAYOUT}/lock-result")
+    kept = _run(argv, capsys)  # resolved again through the full path: the same output
     assert loads.take() == 1 and kept == quick
     assert _run(argv, capsys) == quick and loads.take() == 0
 
@@ -384,19 +395,58 @@ def test_two_kvenvs_sharing_a_cache_keep_their_own_records(
 ) -> None:
     """A passed check recorded by two kvenv installs (two code identities) sharing a cache, in
     turn: each finds its own record; a third code finds none."""
-    import kvenv.lock.quick as quick
-
-    lock = project / "locks" / "pylock.testbox.toml"
-    chain = (project / "profiles" / "testbox.toml", project / "profiles" / "base.toml")
-    digest = kvenv.model.loading.load_profile("testbox").digest
-    real = quick.code_identity()
-    codes = [[*real, ["before.py", 1, 2, 3]], real]
+    codes = ["b" * 64, memo.code_digest()]
     for code in codes:
-        monkeypatch.setattr(quick, "code_identity", lambda *_, code=code: code)
+        monkeypatch.setattr(memo, "code_digest", lambda code=code: code)
         assert main(["lock", "testbox", "--check"]) == 0
     assert len(list((cache / CHECKS_DIR).glob("*.json"))) == 2
     for code in codes:
-        monkeypatch.setattr(quick, "code_identity", lambda *_, code=code: code)
-        assert recall_passed(cache, chain, lock, cache, digest=digest) is not None
-    monkeypatch.setattr(quick, "code_identity", lambda *_: [*real, ["third.py", 1, 2, 3]])
-    assert recall_passed(cache, chain, lock, cache, digest=digest) is None
+        monkeypatch.setattr(memo, "code_digest", lambda code=code: code)
+        assert _kept(cache) is not None
+    monkeypatch.setattr(memo, "code_digest", lambda: "c" * 64)
+    assert _kept(cache) is None
+
+
+# completeness (tests/support/audit.py) -------------------------------------------------------
+
+
+def _only_record(cache: Path, kind: str) -> list[list[Any]]:
+    (record,) = (cache / memo.LAYOUT / kind).glob("*.json")
+    deps: list[list[Any]] = json.loads(record.read_text())["deps"]
+    return deps
+
+
+def test_every_file_a_check_reads_is_a_dependency_of_its_record(
+    project: Path, cache: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The full check (profile, lock, host snapshot, wheels at hand) under the audit hook:
+    each file it opened or listed is covered by the record it kept, and by nothing less."""
+    _forget(cache, memo.LAYOUT)
+    (code, _, _), reads = reads_of(lambda: _run(CHECKS[0], capsys))
+    assert code == 0
+    deps = _only_record(cache, CHECK_KIND)
+    assert uncovered(reads, deps, memo_root=cache) == []
+    lock = str(project / "locks" / "pylock.testbox.toml")
+    assert ("open", lock) in reads
+    fewer = [d for d in deps if d[:2] != ["bytes", lock]]
+    assert uncovered(reads, fewer, memo_root=cache) == [("open", lock)]
+
+
+def test_every_file_the_loader_reads_is_a_dependency_of_the_profile_facts(
+    project: Path, cache: Path
+) -> None:
+    _forget(cache, memo.LAYOUT)
+    loaded, reads = reads_of(lambda: kvenv.model.loading.load_profile("testbox"))
+    remember_facts(loaded, "testbox")
+    assert uncovered(reads, _only_record(cache, "profile-facts"), memo_root=cache) == []
+    assert ("open", str(project / "profiles" / "base.toml")) in reads  # the extends chain
+
+
+def test_every_file_an_offline_lock_reads_is_a_dependency_of_its_record(
+    offline: list[str], cache: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    _forget(cache, memo.LAYOUT)
+    (code, _, _), reads = reads_of(lambda: _run(offline, capsys))
+    assert code == 0
+    missed = uncovered(reads, _only_record(cache, RESULT_KIND), memo_root=cache)
+    assert missed == [], missed

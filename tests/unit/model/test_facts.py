@@ -8,7 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from kvenv.model.facts import cached_facts, facts_dir, remember_facts
+from kvenv._util import memo
+from kvenv.model.facts import FACTS_KIND, cached_facts, remember_facts
 from kvenv.model.loading import load_profile
 
 PARENT = """\
@@ -50,6 +51,11 @@ def project(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     return profiles
 
 
+def facts_dir() -> Path:
+    """Where the memo keeps this kind's records."""
+    return Path(os.environ["KVENV_CACHE_DIR"]) / memo.LAYOUT / FACTS_KIND
+
+
 def _remember(ref: str) -> None:
     remember_facts(load_profile(ref), ref)
 
@@ -82,13 +88,34 @@ def test_a_parent_edited_is_a_miss(project: Path) -> None:
 def test_a_profile_added_where_names_are_looked_up_is_a_miss(
     project: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    """A name found in a later directory of the search (``$KVENV_PROFILE_PATH``) is looked up
+    again once a profile of that name appears in an earlier one (the project's): the record
+    depends on every directory the loader looked in, as it looked."""
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    (elsewhere / "solo.toml").write_text(
+        CHILD.replace('"child"', '"solo"').replace('extends = "base.toml"\n', "")
+    )
+    monkeypatch.setenv("KVENV_PROFILE_PATH", str(elsewhere))
+    _remember("solo")
+    facts = cached_facts("solo")
+    assert facts is not None and facts.origin == "KVENV_PROFILE_PATH"
+    (project / "solo.toml").write_text((elsewhere / "solo.toml").read_text())
+    assert cached_facts("solo") is None  # the project's directory changed: looked up again
+    _remember("solo")
+    facts = cached_facts("solo")
+    assert facts is not None and facts.origin == "project"
+
+
+def test_a_directory_never_looked_in_does_not_matter(
+    project: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     elsewhere = tmp_path / "elsewhere"
     elsewhere.mkdir()
     monkeypatch.setenv("KVENV_PROFILE_PATH", str(elsewhere))
-    _remember("child")
+    _remember("child")  # found in the project's directory: the search stopped there
+    (elsewhere / "child.toml").write_text("")
     assert cached_facts("child") is not None
-    (elsewhere / "unrelated.toml").write_text("")
-    assert cached_facts("child") is None  # the directory changed: looked up again
 
 
 def test_another_reference_cwd_or_cache_is_another_record(
@@ -142,18 +169,16 @@ def test_a_blank_cache_variable_is_a_miss_not_an_error(
 def test_two_kvenvs_sharing_a_cache_keep_their_own_records(
     project: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Two kvenv installs (two model code identities) recording the same profile in one cache,
-    in turn: neither replaces the other's record, and each reads only its own."""
-    from kvenv.model import facts as module
-
-    real = module.code_identity("model")
-    codes = {"before": [*real, ["before.py", 1, 2, 3]], "after": real}
+    """Two kvenv installs (two code identities) recording the same profile in one cache, in
+    turn: neither replaces the other's record, and each reads only its own."""
+    real = memo.code_digest()
+    codes = {"before": "b" * 64, "after": real}
     for code in codes.values():
-        monkeypatch.setattr(module, "code_identity", lambda *_, code=code: code)
+        monkeypatch.setattr(memo, "code_digest", lambda code=code: code)
         _remember("child")
     assert len(list(facts_dir().glob("*.json"))) == 2
     for code in codes.values():
-        monkeypatch.setattr(module, "code_identity", lambda *_, code=code: code)
+        monkeypatch.setattr(memo, "code_digest", lambda code=code: code)
         assert cached_facts("child") is not None
-    monkeypatch.setattr(module, "code_identity", lambda *_: [*real, ["third.py", 1, 2, 3]])
+    monkeypatch.setattr(memo, "code_digest", lambda: "c" * 64)
     assert cached_facts("child") is None
