@@ -394,10 +394,16 @@ def replay(
         return None
     try:
         write_marker(root, None, None)  # claimed (kvenv.env.root.claim_root)
+    except FileExistsError:
+        return None  # another apply claimed the root meanwhile: the full path, under its lock
+    except OSError:
+        unclaim_root(root, remove_dir=True)
+        return None
+    try:
         with PathLock(root / LOCK_NAME, root / (LOCK_NAME + ".owner"), wait=wait, on_wait=on_wait):
-            write_marker(root, owner, _created_at(root))  # owned (kvenv.env.root.take_ownership)
             if (root / POINTER_NAME).exists() or (root / GENERATIONS).exists():
-                return None  # another apply got here first: the full path plans against it
+                return None  # another apply got here first (its owner stays): the full path
+            write_marker(root, owner, _created_at(root))  # owned (kvenv.env.root.take_ownership)
             try:
                 return _build(
                     root, gen, generation, store, python, jobs, layout, by_dir, scripts,

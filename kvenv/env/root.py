@@ -204,7 +204,9 @@ def claim_root(root: Path) -> None:
             )
     root.mkdir(parents=True, exist_ok=True)
     try:
-        _write_marker(root, None)
+        _write_marker(root, None)  # never over a marker another apply wrote meanwhile
+    except FileExistsError:
+        return
     except FileNotFoundError:
         if not is_owned(root):
             raise  # not an apply that owns the root by now removing our temporary file

@@ -33,11 +33,13 @@ def now() -> str:
 
 def write_marker(root: Path, owner: tuple[str, str | None] | None, created_at: str | None) -> None:
     """The ownership marker of ``root``: kvenv's version, when the root was created and (once
-    settled under the root lock) the profile it belongs to, as ``(name, resolved file)``."""
+    settled under the root lock) the profile it belongs to, as ``(name, resolved file)``. A
+    claim (``owner`` None) never replaces a marker already there: it may name the owner
+    another apply recorded meanwhile (FileExistsError)."""
     data: dict[str, object] = {"kvenv": __version__, "created_at": created_at or now()}
     if owner is not None:
         data["owner"] = {"name": owner[0], "file": owner[1]}
-    atomic.write_json(root / ROOT_MARKER, data)
+    atomic.write_json(root / ROOT_MARKER, data, exclusive=owner is None)
 
 
 def unclaim_root(root: Path, *, remove_dir: bool) -> bool:

@@ -295,3 +295,41 @@ def test_no_compile_is_not_recalled_from_a_generation_with_bytecode(cli: Cli) ->
     assert (code, cli.taken) == (0, "full"), (out, err)
     assert not list((cli.tmp / "root2").rglob("*.pyc"))
     assert list((cli.tmp / "root").rglob("*.pyc"))
+
+
+def test_a_root_another_profile_filled_while_the_recall_waited_is_left_to_it(
+    cli: Cli, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The recall makes the new root, then waits for its lock; meanwhile another profile's
+    apply claims the root, applies and lets go. The recall must hand over to the full path
+    without writing its own owner into the marker (which would let the full path take the
+    root over: two profiles' applies both succeeding on one root, as a racing CI run saw)."""
+    import kvenv.env.recall as recall
+    from kvenv.env.root import read_owner
+
+    (record,) = (cli.tmp / "cache" / "memo-v1" / "generation").glob("*.json")
+    recipe = json.loads(record.read_text())["value"]
+    child = cli.project.dir / "profiles" / "child.toml"
+    child.write_text('schema = 1\nname = "child"\nextends = "t"\n')
+    lock = cli.project.lock_path.read_text().replace('profile = "t"', 'profile = "child"')
+    (cli.project.dir / "locks" / "pylock.child.toml").write_text(lock)
+    root = cli.tmp / "raced"
+    others: list[tuple[int, str, str]] = []
+
+    class Late(recall.PathLock):  # type: ignore[misc]
+        def __enter__(self) -> object:
+            others.append(cli.run("apply", str(child), env=dict(cli.env, KVENV_ROOT=str(root))))
+            return super().__enter__()
+
+    monkeypatch.setattr(recall, "PathLock", Late)
+    built = recall.replay(
+        recipe, root, cli.tmp / "cache" / "store", python=recipe["manifest"]["python"],
+        jobs=1, wait=True, on_wait=lambda _: None,
+    )  # fmt: skip
+    assert [code for code, _, _ in others] == [0], others
+    assert built is None  # the full path decides: it refuses (another profile owns the root)
+    owner = read_owner(root)
+    assert owner is not None and owner.name == "child"
+    monkeypatch.undo()
+    code, _, err = _into(cli, "raced")
+    assert code == 3 and "'child'" in err, err

@@ -10,6 +10,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
+
 from kvenv.env.root import read_owner
 from tests.support.applyenv import Project, standard_project
 from tests.support.hardening import CliResult, run_cli
@@ -179,3 +181,24 @@ def test_two_profiles_racing_for_one_new_root_leave_one_owner(tmp_path: Path) ->
     pointer = json.loads((root / "current.json").read_text())
     manifest = root / "generations" / pointer["generation"] / "manifest.json"
     assert owner is not None and json.loads(manifest.read_text())["profile"]["name"] == owner.name
+
+
+def test_a_claim_never_replaces_an_owner_recorded_meanwhile(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``claim_root`` looks for the marker, then writes one: another apply may have claimed
+    the root and recorded its owner (under the root lock) in between. The claim must leave
+    that marker as it is (before, it replaced it with an unowned one, and the slower apply
+    then took over a root another profile had just applied into)."""
+    import kvenv.env.root as root_module
+    from kvenv.env.root import RootOwner, claim_root, take_ownership
+
+    root = tmp_path / "root"
+    claim_root(root)
+    take_ownership(root, RootOwner("t", None))
+    marker = (root / ".kvenv-root").read_bytes()
+    monkeypatch.setattr(root_module, "is_owned", lambda _: False)  # looked before that
+    claim_root(root)
+    assert (root / ".kvenv-root").read_bytes() == marker
+    owner = read_owner(root)
+    assert owner is not None and owner.name == "t"
