@@ -31,7 +31,8 @@ from _common import bench_project  # noqa: E402
 
 from tests.support.lockenv import INDEX_ENV  # noqa: E402
 
-REFERENCE = Path("/work/shared/reference/kaggle-t4x2-cu128/overlay-requirements.txt")
+# The reference system's pins, in the shared folder beside the checkout (../shared).
+REFERENCE = ROOT.parent / "shared" / "reference" / "kaggle-t4x2-cu128" / "overlay-requirements.txt"
 FALLBACK = ["requests>=2.31", "pyyaml", "numpy>=1.26", "pydantic>=2", "rich", "six"]
 BIN = Path(sys.executable).parent
 

@@ -19,16 +19,10 @@ from kvenv.model.loading import LoadedProfile
 from tests.support.lockenv import (
     HOST_TORCH,
     basic_house,
-    isolate_index_env,
     serve_index,
     write_project,
 )
 from tests.support.wheels import build_wheel
-
-
-@pytest.fixture(autouse=True)
-def _isolated(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    isolate_index_env(monkeypatch, tmp_path / "cache")
 
 
 def house_opts(house: Path, tmp_path: Path, **kw: Any) -> LockOptions:

@@ -31,17 +31,11 @@ from tests.support.elfobjects import shared_object
 from tests.support.lockenv import (
     NATIVE_TAG,
     basic_house,
-    isolate_index_env,
     serve_index,
     write_project,
 )
 from tests.support.profiles import loads_profile
 from tests.support.wheels import build_wheel, sha256_of
-
-
-@pytest.fixture(autouse=True)
-def _isolated(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    isolate_index_env(monkeypatch, tmp_path / "cache")
 
 
 def _readelf(path: Path) -> tuple[tuple[str, ...], str | None]:

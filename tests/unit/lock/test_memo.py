@@ -17,18 +17,12 @@ from kvenv.cli import main
 from tests.support.lockenv import (
     HOST_TORCH,
     basic_house,
-    isolate_index_env,
     serve_index,
     write_project,
 )
 from tests.support.wheels import build_wheel
 
 MEMO_DIR = f"{memo.LAYOUT}/lock-result"
-
-
-@pytest.fixture(autouse=True)
-def _isolated(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    isolate_index_env(monkeypatch, tmp_path / "cache")
 
 
 class Counter:

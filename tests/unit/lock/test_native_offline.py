@@ -15,15 +15,9 @@ from kvenv.model.loading import LoadedProfile, load_profile
 from tests.support.lockenv import (
     HOST_TORCH,
     basic_house,
-    isolate_index_env,
     serve_index,
     write_project,
 )
-
-
-@pytest.fixture(autouse=True)
-def _isolated(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    isolate_index_env(monkeypatch, tmp_path / "cache")
 
 
 def _index_native(tmp_path: Path) -> tuple[LoadedProfile, Path]:

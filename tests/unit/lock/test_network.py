@@ -5,7 +5,6 @@ to install for, since a pylock's requires-python is checked against the installi
 
 from __future__ import annotations
 
-import glob
 import os
 import shutil
 import subprocess
@@ -27,7 +26,7 @@ REQUIRES = ["pyyaml>=6", 'six; python_version > "3.11"', "markupsafe", "requests
 def _python312() -> str | None:
     candidates = [
         shutil.which("python3.12"),
-        *sorted(glob.glob("/root/.pyenv/versions/3.12*/bin/python")),
+        *sorted(str(p) for p in Path.home().glob(".pyenv/versions/3.12*/bin/python3.12")),
     ]
     for candidate in candidates:
         if not candidate:

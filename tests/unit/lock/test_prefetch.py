@@ -21,7 +21,6 @@ from kvenv.lock.universe import IndexUniverse
 from tests.support.lockenv import (
     HOST_TORCH,
     basic_house,
-    isolate_index_env,
     serve_index,
     torch_family,
     write_project,
@@ -29,11 +28,6 @@ from tests.support.lockenv import (
 from tests.support.wheels import build_wheel
 
 WAIT = 60.0  # a bound for the test's waits, never a measured time
-
-
-@pytest.fixture(autouse=True)
-def _isolated(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    isolate_index_env(monkeypatch, tmp_path / "cache")
 
 
 def chain_house(house: Path) -> Path:

@@ -14,15 +14,10 @@ from kvenv.errors import ConflictError
 from kvenv.lock.contents import protected_entries
 from kvenv.lock.engine import LockOptions, lock_profile
 from kvenv.lock.sources import IndexConfig
-from tests.support.lockenv import HOST_TORCH, basic_house, isolate_index_env, write_project
+from tests.support.lockenv import HOST_TORCH, basic_house, write_project
 from tests.support.wheels import build_wheel, sha256_of
 
 EVIL_FILES = {"evil/__init__.py": "x = 1\n", "torch/__init__.py": "import os\n"}
-
-
-@pytest.fixture(autouse=True)
-def _isolated(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    isolate_index_env(monkeypatch, tmp_path / "cache")
 
 
 def test_protected_entries_reads_the_file_list(tmp_path: Path) -> None:
