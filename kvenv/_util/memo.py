@@ -171,11 +171,6 @@ class recording:
         _ACTIVE.remove(self.reads)
 
 
-def recording_now() -> bool:
-    """Whether a full path is being recorded (a reader may skip a capture nobody keeps)."""
-    return bool(_ACTIVE)
-
-
 def note(kind: str, argument: Any, value: Any = ...) -> None:
     """Record ``[kind, argument, value]`` in every active recording (captured now when no
     value is given, once for all of them); nothing when none is active."""
@@ -278,11 +273,3 @@ def _evict(directory: Path, keep: int) -> None:
             os.unlink(path)
         except OSError:
             continue
-
-
-def forget(root: Path, kind: str, key: Any) -> None:
-    """Remove the record of ``key`` of ``kind`` (when it is known to be wrong)."""
-    try:
-        os.unlink(record_path(root, kind, key))
-    except OSError:
-        return

@@ -71,26 +71,6 @@ class IndexCache:
             return None
 
     # index pages ---------------------------------------------------------------------------
-    def get_page(self, url: str) -> CachedPage | None:
-        key = _digest(url)
-        head_path = self._path("pages-v1", key, ".json")
-        head = self._read(head_path)
-        body = self._read(self._path("pages-v1", key, ".body"))
-        if head is None or body is None:
-            return None
-        try:
-            info: dict[str, Any] = jsonio.loads_json(head, file=str(head_path))
-            return CachedPage(
-                url=url,
-                content=body,
-                content_type=str(info["content_type"]),
-                fetched_at=float(info["fetched_at"]),
-                etag=info.get("etag"),
-                last_modified=info.get("last_modified"),
-            )
-        except (ValueError, KeyError, TypeError):
-            return None
-
     def put_page(self, page: CachedPage) -> PageHead:
         key = _digest(page.url)
         self._write(self._path("pages-v1", key, ".body"), page.content)

@@ -298,16 +298,6 @@ def parse_lock(
     return pylock, table, tuple(tools)
 
 
-def native_position(lock: LockFile) -> int | None:
-    """The index in ``$.packages`` of the package the lock marks as the native wheel
-    (``[packages.tool.kvenv] native = true``), or None: a lock written before the native was
-    recorded, or by hand."""
-    for index, tool in enumerate(lock.package_tools):
-        if tool is not None and tool.native:
-            return index
-    return None
-
-
 def is_native_package(package: Package) -> bool:
     """Whether ``package`` is marked ``native = true`` in its ``[packages.tool.kvenv]``."""
     tool = (package.tool or {}).get("kvenv")

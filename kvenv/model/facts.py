@@ -50,7 +50,6 @@ class ProfileFacts:
         if not (
             all(isinstance(data[k], str) for k in _TEXT)
             and all(data[k] is None or isinstance(data[k], str) for k in _OPTIONAL)
-            and isinstance(data["has_target"], bool)
             and isinstance(data["chain"], list)
             and all(isinstance(p, str) for p in data["chain"])
             and (native is None or all(isinstance(native[k], str) for k in _NATIVE))
@@ -96,10 +95,6 @@ class ProfileFacts:
     @property
     def lock_path(self) -> Path:
         return Path(self._data["lock"])
-
-    @property
-    def has_target(self) -> bool:
-        return bool(self._data["has_target"])
 
     @property
     def native(self) -> dict[str, Any] | None:
@@ -173,7 +168,6 @@ def _facts_of(loaded: LoadedProfile) -> dict[str, Any]:
         "paths_cache": profile.paths.cache,
         "host_python": None if host_python is None else str(host_python),
         "lock": str(loaded.lock_path),
-        "has_target": profile.target is not None,
         "native": None
         if native is None
         else {

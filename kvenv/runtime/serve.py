@@ -103,12 +103,6 @@ class ServeConfig:
         return f"http://{host}:{self.port}"
 
 
-def installed_vllm_version() -> str | None:
-    """The installed vllm's version from its metadata (vllm is not imported)."""
-    build = vllmbuild.find_build()
-    return build.version if build is not None else None
-
-
 def installed_build(profile: str | None) -> vllmbuild.VllmBuild | None:
     """The vLLM this process can import (vllm is not imported); when there is none, the
     applied runtime of ``profile`` is activated and looked at (as starting the server would)."""
