@@ -62,13 +62,18 @@ def small_sha256(path: str | os.PathLike[str]) -> str | None:
         return None
 
 
+def of_stat(st: os.stat_result) -> list[int]:
+    """A file's identity: [device, inode, size, mtime_ns, ctime_ns] of its ``stat``. Any write
+    moves the ctime, which no user-level call sets back."""
+    return [st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns]
+
+
 def stat_identity(path: str | os.PathLike[str]) -> list[int] | None:
-    """[device, inode, size, mtime_ns, ctime_ns] of ``path`` (followed); None when absent."""
+    """:func:`of_stat` of ``path`` (followed); None when absent."""
     try:
-        st = os.stat(path)
+        return of_stat(os.stat(path))
     except OSError:
         return None
-    return [st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns]
 
 
 def stamp(path: str) -> list[Any]:
@@ -78,7 +83,7 @@ def stamp(path: str) -> list[Any]:
 
 
 def code_identity() -> list[list[Any]]:
-    """Every ``.py`` module of kvenv's package, recursively, by path, size, mtime and inode;
+    """Every ``.py`` module of kvenv's package, recursively, by path and :func:`of_stat`;
     the archive's :func:`stamp` when kvenv runs from a single-file bundle."""
     archive = archive_stamp()
     if archive is not None:
@@ -98,7 +103,7 @@ def code_identity() -> list[list[Any]]:
                     st = entry.stat()
                 except OSError:
                     continue
-                found.append([entry.path, st.st_size, st.st_mtime_ns, st.st_ino])
+                found.append([entry.path, *of_stat(st)])
             elif entry.name != "__pycache__" and entry.is_dir():
                 directories.append(entry.path)
     return sorted(found)

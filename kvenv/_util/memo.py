@@ -42,7 +42,7 @@ from __future__ import annotations
 import json
 import os
 
-from kvenv._util.identity import code_digest, sha256_hex, small_sha256, stat_identity
+from kvenv._util.identity import code_digest, of_stat, sha256_hex, small_sha256, stat_identity
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:  # no ``typing`` at run time: this module is on every start-up path
@@ -97,10 +97,10 @@ def _tree(top: str, ctime: bool) -> list[list[Any]] | None:
                 return None
             if is_dir:
                 stack.append(entry.path)
-            found.append(
-                [entry.path, is_dir, st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns,
-                 st.st_ctime_ns if ctime else None]
-            )  # fmt: skip
+            identity: list[int | None] = list(of_stat(st))
+            if not ctime:
+                identity[4] = None
+            found.append([entry.path, is_dir, *identity])
     return sorted(found)
 
 

@@ -126,6 +126,8 @@ def seal_file(path: str) -> str:
 
 
 def _identity(st: os.stat_result) -> list[int]:
+    """:func:`kvenv._util.identity.of_stat`, written again: this module runs before anything is
+    imported from the archive."""
     return [st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns]
 
 

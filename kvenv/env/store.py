@@ -47,6 +47,7 @@ from typing import TYPE_CHECKING
 import attrs
 
 from kvenv._util import jsonio, memo
+from kvenv._util.identity import of_stat
 from kvenv._util.importnames import fold, import_name_of, protected_import_names
 from kvenv._util.progress import Progress
 from kvenv.env.linking import group_links, link_many, with_shebang
@@ -104,8 +105,7 @@ def lookup(store: Path, sha256: str) -> StoreEntry | None:
     memo.note("bytes", path)  # before it is read: a change meanwhile is a miss next time
     try:
         with open(path, "rb") as stream:
-            info = os.fstat(stream.fileno())
-            identity = (info.st_dev, info.st_ino, info.st_size, info.st_mtime_ns, info.st_ctime_ns)
+            identity = tuple(of_stat(os.fstat(stream.fileno())))
             known = _MARKERS.get(path)
             if known is not None and known[0] == identity:
                 return known[1]

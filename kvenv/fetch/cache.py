@@ -170,6 +170,8 @@ class ArtifactCache:
             return False
         if not isinstance(recorded, dict):
             return False
+        # Not kvenv._util.identity.of_stat: the ctime is left out on purpose, since a second
+        # name for the same bytes (_named: a hard link) moves it without changing a byte.
         current = {"size": stat.st_size, "mtime_ns": stat.st_mtime_ns, "ino": stat.st_ino}
         if size is not None and stat.st_size != size:
             return False
