@@ -97,10 +97,8 @@ def _tree(top: str, ctime: bool) -> list[list[Any]] | None:
                 return None
             if is_dir:
                 stack.append(entry.path)
-            identity: list[int | None] = list(of_stat(st))
-            if not ctime:
-                identity[4] = None
-            found.append([entry.path, is_dir, *identity])
+            dev, ino, size, mtime, change = of_stat(st)
+            found.append([entry.path, is_dir, dev, ino, size, mtime, change if ctime else None])
     return sorted(found)
 
 

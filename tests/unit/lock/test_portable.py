@@ -27,10 +27,19 @@ from kvenv.plan.artifacts import Artifact, artifacts_for
 from tests.support.lockenv import (
     HOST_TORCH,
     basic_house,
+    isolate_index_env,
     serve_index,
     write_project,
 )
 from tests.support.wheels import build_wheel, sha256_of
+
+
+@pytest.fixture(autouse=True)
+def _isolated(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """The conftest's isolation with the lock's cache apart from ``<tmp_path>/cache``, which
+    these tests give ``fetch_all`` and ``make_bundle`` empty: what a lock cached never serves
+    their downloads."""
+    isolate_index_env(monkeypatch, tmp_path / "lock-cache")
 
 
 @pytest.fixture
