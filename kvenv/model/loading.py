@@ -132,6 +132,17 @@ def find_profile(ref: str, *, cwd: Path | None = None) -> tuple[Path, str]:
         memo.note("stat", str(directory))  # a profile added here would shadow a later one
         if candidate.is_file():
             return candidate, origin
+        if os.path.lexists(candidate):  # never passed over for a later directory's profile
+            what = (
+                f"a link to {os.readlink(candidate)}, which is not a file"
+                if candidate.is_symlink()
+                else "not a file"
+            )
+            raise ProfileNotReadable(
+                f"profile {candidate} is {what}",
+                hint="point it at a profile file, or remove it to use a later one in: "
+                + ", ".join(str(d) for _, d in _search_dirs(here)),
+            )
     import difflib
 
     names = sorted({name for name, _, _ in iter_profiles(cwd=here)})

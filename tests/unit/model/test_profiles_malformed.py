@@ -336,6 +336,21 @@ def test_missing_file_and_unknown_name_are_unreadable(
     assert "profile file not found" in capsys.readouterr().err
 
 
+def test_a_dangling_link_by_name_is_named_not_passed_over(
+    project: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A broken ``profiles/NAME.toml`` link is reported as what it is; the name does not fall
+    through to a built-in profile of the same name, nor get "did you mean" itself."""
+    (project / "profiles").mkdir()
+    (project / "profiles" / "demo.toml").symlink_to(project / "gone.toml")
+    assert main(["validate", "demo"]) == 2
+    printed = capsys.readouterr().out
+    assert f"profile {project / 'profiles' / 'demo.toml'} is a link to" in printed
+    assert "which is not a file" in printed and "did you mean" not in printed
+    (project / "gone.toml").write_text((REPO / "profiles" / "demo.toml").read_text())
+    assert main(["validate", "demo"]) == 0  # mended: the link's target is read
+
+
 def test_not_utf8_is_unreadable(project: Path, capsys: pytest.CaptureFixture[str]) -> None:
     (project / "latin.toml").write_bytes(b'schema = 1\nname = "caf\xe9"\n')
     assert main(["validate", "latin.toml"]) == 2
