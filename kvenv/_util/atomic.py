@@ -14,9 +14,22 @@ from __future__ import annotations
 import json
 import os
 from pathlib import Path
-from typing import Any
+from typing import Any, TypedDict
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing_extensions import Unpack
 
 __all__ = ["fsync_dir", "write_bytes", "write_json", "write_json_streamed", "write_text"]
+
+
+class WriteOptions(TypedDict, total=False):
+    """:func:`write_bytes`'s options, which :func:`write_text` and :func:`write_json` pass on."""
+
+    mode: int
+    durable: bool
+    exclusive: bool
+    make_parents: bool
 
 
 def write_bytes(
@@ -81,47 +94,17 @@ def _write(
         fsync_dir(path.parent)
 
 
-def write_text(
-    path: Path,
-    text: str,
-    *,
-    mode: int = 0o644,
-    durable: bool = True,
-    exclusive: bool = False,
-    make_parents: bool = False,
-) -> None:
+def write_text(path: Path, text: str, **options: Unpack[WriteOptions]) -> None:
     """:func:`write_bytes` of ``text`` encoded as UTF-8 (newlines written as given)."""
-    write_bytes(
-        path,
-        text.encode("utf-8"),
-        mode=mode,
-        durable=durable,
-        exclusive=exclusive,
-        make_parents=make_parents,
-    )
+    write_bytes(path, text.encode("utf-8"), **options)
 
 
-def write_json(
-    path: Path,
-    data: Any,
-    *,
-    mode: int = 0o644,
-    durable: bool = True,
-    exclusive: bool = False,
-    make_parents: bool = False,
-) -> None:
+def write_json(path: Path, data: Any, **options: Unpack[WriteOptions]) -> None:
     """:func:`write_bytes` of ``data`` as indented JSON with a final newline; NaN and infinity
     are refused (``ValueError``, before anything is written): kvenv never writes non-standard
     JSON."""
     text = json.dumps(data, indent=2, allow_nan=False) + "\n"
-    write_bytes(
-        path,
-        text.encode("utf-8"),
-        mode=mode,
-        durable=durable,
-        exclusive=exclusive,
-        make_parents=make_parents,
-    )
+    write_bytes(path, text.encode("utf-8"), **options)
 
 
 def fsync_dir(directory: Path) -> None:
