@@ -14,13 +14,16 @@ once with the first kvenv (``kvenv bundle``). kvenv runs with every check on (bu
 against SHA256SUMS, wheel sha256 pins, RECORD checked at unpack, the seal of every store entry
 before it is linked, protected names, ``.pth`` policy) and writes a full generation (manifest,
 activation scripts); uv and pip install the same wheels with ``--no-deps``, offline, without
-bytecode (``--no-compile`` for pip), uv hard-linking from its cache. The rounds alternate the
+bytecode (``--no-compile`` for pip), uv hard-linking from its cache, and kvenv with
+``--no-compile`` (it compiles bytecode into the store by default since issue 25; a kvenv
+without that flag is run as it is). ``--bytecode`` compares the tools with bytecode instead:
+kvenv's default, uv's ``--compile-bytecode``, pip's default. The rounds alternate the
 tools' order; wall, CPU (user + sys of the child) and peak RSS (the child's own, from
 ``os.wait4``) medians are reported, with ratios.
 
     python benchmarks/apply_cli.py --wheels DIR --kvenv after=/venv/bin/kvenv
         [--kvenv before=/other/bin/kvenv] [--uv UV] [--rounds 5] [--cold-rounds 3]
-        [--pip-rounds 1] [--out benchmarks/results/apply-cli.json]
+        [--pip-rounds 1] [--bytecode] [--out benchmarks/results/apply-cli.json]
 
 Run from the repository root (the project is built with ``tests.support``).
 """
@@ -32,6 +35,7 @@ import os
 import platform
 import shutil
 import statistics
+import subprocess
 import sys
 import tempfile
 from pathlib import Path
@@ -47,6 +51,14 @@ def _timed(command: list[str], env: dict[str, str]) -> tuple[float, float, float
     if done.returncode != 0:
         raise SystemExit(f"{' '.join(command[:4])}... exited {done.returncode}: {done.stderr}")
     return done.wall, done.cpu, done.max_rss_mib, done.user
+
+
+def _help(kvenv: Path, env: dict[str, str]) -> str:
+    """``kvenv apply --help``: which flags this install has."""
+    done = subprocess.run(
+        [str(kvenv), "apply", "--help"], env=env, capture_output=True, text=True, check=False
+    )
+    return done.stdout
 
 
 def _project(work: Path, wheels: list[Path]) -> Path:
@@ -97,6 +109,9 @@ def main() -> int:
     parser.add_argument("--rounds", type=int, default=5, help="warm rounds")
     parser.add_argument("--cold-rounds", type=int, default=3)
     parser.add_argument("--pip-rounds", type=int, default=1)
+    parser.add_argument(
+        "--bytecode", action="store_true", help="every tool compiles bytecode (default: none does)"
+    )
     parser.add_argument("--tmp", type=Path, help="where the work goes (also every tool's TMPDIR)")
     parser.add_argument("--out", type=Path, default=REPO / "benchmarks/results/apply-cli.json")
     args = parser.parse_args()
@@ -122,8 +137,14 @@ def main() -> int:
     def fresh(kind: str) -> Path:
         return work / f"{kind}-{next(counter)}"
 
+    no_compile = {  # like with like: no bytecode unless --bytecode (see the module)
+        label: not args.bytecode and "--no-compile" in _help(path, base_env)
+        for label, path in kvenvs.items()
+    }
+
     def kvenv_run(label: str, cache: Path) -> list[str]:
-        return [str(kvenvs[label]), "apply", "--offline", "--from", str(bundle)]
+        command = [str(kvenvs[label]), "apply", "--offline", "--from", str(bundle)]
+        return command + ["--no-compile"] * no_compile[label]
 
     def kvenv_env(label: str, cache: Path) -> dict[str, str]:
         python = python_of(kvenvs[label])
@@ -133,11 +154,13 @@ def main() -> int:
     def uv_run(cache: Path) -> list[str]:
         return [args.uv, "pip", "install", "--no-deps", "--target", str(fresh("uvt")),
                 "--cache-dir", str(cache), "--python", sys.executable, "--offline",
-                "--link-mode", "hardlink", "--quiet", *map(str, files)]  # fmt: skip
+                "--link-mode", "hardlink", "--quiet",
+                *["--compile-bytecode"] * args.bytecode, *map(str, files)]  # fmt: skip
 
     def pip_run() -> list[str]:
         return [sys.executable, "-m", "pip", "install", "--no-deps", "--no-index",
-                "--no-cache-dir", "--disable-pip-version-check", "--quiet", "--no-compile",
+                "--no-cache-dir", "--disable-pip-version-check", "--quiet",
+                *["--no-compile"] * (not args.bytecode),
                 "--target", str(fresh("pipt")), *map(str, files)]  # fmt: skip
 
     samples: dict[str, list[tuple[float, float, float, float]]] = {}
@@ -218,6 +241,8 @@ def main() -> int:
         "bundle_bytes": sum(p.stat().st_size for p in files),
         "kvenv": {label: str(path) for label, path in kvenvs.items()},
         "uv": tool_version(args.uv),
+        "bytecode": bool(args.bytecode),
+        "kvenv_no_compile": no_compile,
         **run_facts(),
         "median_seconds": medians,
         "median_cpu_seconds": cpu_medians,

@@ -1,6 +1,7 @@
 """Where a cold ``kvenv apply`` from the index spends its time, phase by phase (issue 25).
 
-    KVENV_PY benchmarks/apply_phases.py PROFILE [--rounds 3] [--jobs 8] [--out PATH.json]
+    KVENV_PY benchmarks/apply_phases.py PROFILE [--rounds 3] [--jobs 8] [--no-compile]
+        [--out PATH.json]
 
 Run with the interpreter of the kvenv install to measure (the apply runs in this process,
 ``kvenv.cli.main``). PROFILE is a project's profile whose portable lock exists (e.g. the one
@@ -77,7 +78,9 @@ def _instrument(events: list[Event], start: list[float]) -> None:
     wrap(apply_mod._Run, "switch", "switch")
 
 
-def _round(profile: Path, work: Path, jobs: int, events: list[Event], start: list[float]) -> Any:
+def _round(
+    profile: Path, work: Path, jobs: int, events: list[Event], start: list[float], flags: list[str]
+) -> Any:
     from kvenv.cli import main
 
     os.environ["KVENV_ROOT"] = str(work / "root")
@@ -89,7 +92,7 @@ def _round(profile: Path, work: Path, jobs: int, events: list[Event], start: lis
     )
     start[0] = time.perf_counter()
     try:
-        code = main(["apply", "--jobs", str(jobs), str(profile)])
+        code = main(["apply", "--jobs", str(jobs), *flags, str(profile)])
     except SystemExit as done:
         code = done.code
     wall = time.perf_counter() - start[0]
@@ -142,6 +145,7 @@ def main() -> int:
     parser.add_argument("profile", type=Path)
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--jobs", type=int, default=8)
+    parser.add_argument("--no-compile", action="store_true", help="apply --no-compile")
     parser.add_argument("--tmp", type=Path)
     parser.add_argument("--out", type=Path, default=REPO / "benchmarks/results/apply-phases.json")
     args = parser.parse_args()
@@ -156,7 +160,8 @@ def main() -> int:
     for number in range(args.rounds):
         work = Path(tempfile.mkdtemp(prefix="kvenv-apply-phases-", dir=args.tmp))
         try:
-            rounds.append(_round(args.profile.resolve(), work, args.jobs, events, start))
+            flags = ["--no-compile"] if args.no_compile else []
+            rounds.append(_round(args.profile.resolve(), work, args.jobs, events, start, flags))
         finally:
             shutil.rmtree(work, ignore_errors=True)
         print(f"round {number + 1}/{args.rounds}: {rounds[-1]['wall_s']:.2f} s", file=sys.stderr)
