@@ -4,11 +4,12 @@ tool's cold install from disk (issue 25).
     python benchmarks/create_floor.py [--files 11988] [--dirs 1100] [--size 4096]
         [--rounds 5] [--tmp DIR] [--out PATH.json]
 
-Each round makes ``--dirs`` directories and ``--files`` new files of ``--size`` bytes, one directory
-filled after the other (``os.open`` with ``O_CREAT | O_EXCL``, one ``write``, ``close``: what kvenv's unpack
-and uv's cache fill both do per file, without any hashing or decompression), under ``--tmp``,
-then removes them. The defaults are the jupyterlab closure's 11,988 files and about 1,100
-directories. Reported: medians of wall, user and system CPU seconds, and system CPU per file.
+Each round makes ``--dirs`` directories and ``--files`` new files of ``--size`` bytes, one
+directory filled after the other (``os.open`` with ``O_CREAT | O_EXCL``, one ``write``,
+``close``: what kvenv's unpack and uv's cache fill both do per file, without any hashing or
+decompression), under ``--tmp``, then removes them. The defaults are the jupyterlab closure's
+11,988 files and about 1,100 directories. Reported: medians of wall, user and system CPU
+seconds, and system CPU per file.
 """
 
 from __future__ import annotations
