@@ -21,6 +21,7 @@ if TYPE_CHECKING:
 
     from kvenv.env.answers import Recording
     from kvenv.env.apply import ApplyResult
+    from kvenv.env.shellrender import ActivationView
     from kvenv.fetch.bundle import BundleInfo
     from kvenv.model.loading import LoadedProfile
     from kvenv.model.locations import Locations
@@ -128,19 +129,16 @@ def register(sub: Any) -> None:
         _paths_args(p)
         p.set_defaults(func=cmd_activate)
 
-    p = sub.add_parser("status", help="what is applied, for which profile, is it current")
-    _profile_arg(p)
-    p.add_argument("--json", action="store_true", help="machine-readable output")
-    python_arg(p)
-    _paths_args(p)
-    p.set_defaults(func=cmd_status)
-
-    p = sub.add_parser("verify", help="check installed files and host packages (exit 1: drift)")
-    _profile_arg(p)
-    p.add_argument("--json", action="store_true", help="machine-readable output")
-    python_arg(p)
-    _paths_args(p)
-    p.set_defaults(func=cmd_verify)
+    for name, text, func in (
+        ("status", "what is applied, for which profile, is it current", cmd_status),
+        ("verify", "check installed files and host packages (exit 1: drift)", cmd_verify),
+    ):
+        p = sub.add_parser(name, help=text)
+        _profile_arg(p)
+        p.add_argument("--json", action="store_true", help="machine-readable output")
+        python_arg(p)
+        _paths_args(p)
+        p.set_defaults(func=func)
 
     p = sub.add_parser("reset", help="remove what kvenv installed (keeps the cache)")
     _profile_arg(p)
@@ -166,6 +164,15 @@ def _load(args: argparse.Namespace) -> tuple[LoadedProfile, Locations]:
     detail(f"profile {loaded.profile.name}: {loaded.path} ({loaded.origin})")
     detail(f"runtime root: {locations.root} (from {locations.root_from})")
     detail(f"cache: {locations.cache} (from {locations.cache_from})")
+    return loaded, locations
+
+
+def _owned(args: argparse.Namespace) -> tuple[LoadedProfile, Locations]:
+    """:func:`_load`, refusing a runtime root that another profile owns."""
+    from kvenv.env.root import check_owner, owner_of
+
+    loaded, locations = _load(args)
+    check_owner(locations.root, owner_of(loaded))
     return loaded, locations
 
 
@@ -244,11 +251,6 @@ def _again(command: str, args: argparse.Namespace, name: str) -> str:
 
 
 # -- plan --------------------------------------------------------------------------------------
-
-
-def _render_plan(plan: Plan, python: HostPython | None = None) -> None:
-    for line in _plan_lines(plan, python):
-        out(line)
 
 
 def _plan_lines(plan: Plan, python: HostPython | None = None) -> list[str]:
@@ -457,7 +459,8 @@ def _apply_full(
         )
         return None
     if result.status == "dry-run":
-        _render_plan(result.plan, python)
+        for line in _plan_lines(result.plan, python):
+            out(line)
         out("dry-run: nothing was downloaded, installed or changed")
         return None
     findings = [  # every plan warning, as `kvenv plan` shows them
@@ -506,15 +509,9 @@ def cmd_activate(args: argparse.Namespace) -> int:
 
         sys.stdout.write(render_deactivate(shell))
         return EXIT_OK
-    if not args.manifest and getattr(args, "verbosity", 0) <= 0:
-        # the start-up path (issue 13): the same text without the model, or None when unsure
-        from kvenv.env.runenv import quick_activation
-
-        quick = quick_activation(args.profile, root=args.root, cache=args.cache, environ=os.environ)
-        if quick is not None:
-            sys.stdout.write(render(quick[0], shell, manifest_path=str(quick[1])))
-            return EXIT_OK
-    if args.manifest:
+    if not args.manifest:
+        activation, path = applied(args)
+    else:
         from kvenv.env.activation import activation_for
         from kvenv.env.manifest import read_manifest
         from kvenv.env.root import check_manifest_file
@@ -522,16 +519,27 @@ def cmd_activate(args: argparse.Namespace) -> int:
         path = Path(args.manifest)
         check_manifest_file(path.absolute())
         activation = activation_for(read_manifest(path))
-    else:
-        from kvenv.env.root import check_owner, owner_of
-        from kvenv.env.runenv import applied_activation
-
-        loaded, locations = _load(args)
-        check_owner(locations.root, owner_of(loaded))
-        on_success = getattr(args, "on_success", None)  # the record the start-up path reads
-        activation, path = applied_activation(locations, loaded.profile.name, None, on_success)
     sys.stdout.write(render(activation, shell, manifest_path=str(path)))
     return EXIT_OK
+
+
+def applied(args: argparse.Namespace) -> tuple[ActivationView, Path]:
+    """The activation of the generation applied for the command line's profile (its root's
+    owner checked), and its manifest's path: what ``activate``, ``run`` and ``shell`` use."""
+    import os
+
+    if getattr(args, "verbosity", 0) <= 0:
+        # the start-up path (issue 13): the same activation without the model, or None
+        from kvenv.env.runenv import quick_activation
+
+        quick = quick_activation(args.profile, root=args.root, cache=args.cache, environ=os.environ)
+        if quick is not None:
+            return quick
+    from kvenv.env.runenv import applied_activation
+
+    loaded, locations = _owned(args)
+    on_success = getattr(args, "on_success", None)  # the record the start-up path reads
+    return applied_activation(locations, loaded.profile.name, None, on_success)
 
 
 # -- status and verify -------------------------------------------------------------------------
@@ -590,12 +598,11 @@ def _drift_row(drift: Any) -> dict[str, str]:
 def cmd_verify(args: argparse.Namespace) -> int:
     from kvenv.cli.hints import fix_command
     from kvenv.env.integrity import state_damage
-    from kvenv.env.root import check_owner, is_owned, owner_of
+    from kvenv.env.root import is_owned
     from kvenv.env.verify import Drift, drift_error, shadowed, verify, verify_activation
     from kvenv.errors import InputError
 
-    loaded, locations = _load(args)
-    check_owner(locations.root, owner_of(loaded))
+    loaded, locations = _owned(args)
     manifest, damage = state_damage(locations) if is_owned(locations.root) else (None, [])
     repair = fix_command(args, "apply", "--repair")
     if damage:  # the state files themselves: nothing else can be trusted
@@ -605,9 +612,7 @@ def cmd_verify(args: argparse.Namespace) -> int:
                 {
                     "generation": None,
                     "ok": False,
-                    "drift": [
-                        {"kind": d.kind, "path": d.path, "message": d.message} for d in drifts
-                    ],
+                    "drift": [_drift_row(d) for d in drifts],
                     "repair": repair,
                 }
             )
@@ -656,15 +661,10 @@ def cmd_reset(args: argparse.Namespace) -> int:
         {"label": t.label, "path": t.path, "action": t.action, "reason": t.reason}
         for t in plan.targets
     ]
-    if args.json and not (args.dry_run or args.yes):  # one JSON document: the error alone
-        raise UsageError(
-            "reset requires --yes",
-            hint="inspect it first with `kvenv reset --dry-run`, then add --yes",
-        )
     if args.dry_run or not args.yes:
-        if args.json:
+        if args.json and args.dry_run:
             emit_json({"root": plan.root, "dry_run": True, "targets": rows, "removed": []})
-        else:
+        elif not args.json:  # with --json and no --yes, one JSON document: the error alone
             for row in rows:
                 out(f"{row['action']:<8} {row['path']}  ({row['reason']})")
         if not args.dry_run:

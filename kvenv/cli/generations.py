@@ -7,14 +7,10 @@ Nothing heavy at module level; each command imports what it needs.
 from __future__ import annotations
 
 import argparse
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from kvenv.cli._io import emit_json, err, out
 from kvenv.cli.exitcodes import EXIT_OK
-
-if TYPE_CHECKING:
-    from kvenv.model.loading import LoadedProfile
-    from kvenv.model.locations import Locations
 
 
 def _common(p: argparse.ArgumentParser) -> None:
@@ -53,18 +49,10 @@ def register(sub: Any) -> None:
     p.set_defaults(func=cmd_rollback)
 
 
-def _owned(args: argparse.Namespace) -> tuple[LoadedProfile, Locations]:
-    from kvenv.cli.apply import _load
-    from kvenv.env.root import check_owner, owner_of
-
-    loaded, locations = _load(args)
-    check_owner(locations.root, owner_of(loaded))
-    return loaded, locations
-
-
 def cmd_list(args: argparse.Namespace) -> int:
     import attrs
 
+    from kvenv.cli.apply import _owned
     from kvenv.env.generations import installed_rows
     from kvenv.env.root import current_manifest
     from kvenv.errors import InputError
@@ -97,6 +85,7 @@ def cmd_list(args: argparse.Namespace) -> int:
 def cmd_generations(args: argparse.Namespace) -> int:
     import attrs
 
+    from kvenv.cli.apply import _owned
     from kvenv.env.generations import generation_infos
 
     _, locations = _owned(args)
@@ -121,6 +110,7 @@ def cmd_generations(args: argparse.Namespace) -> int:
 
 
 def cmd_rollback(args: argparse.Namespace) -> int:
+    from kvenv.cli.apply import _owned
     from kvenv.env.generations import rollback
     from kvenv.errors import UsageError
 

@@ -29,17 +29,9 @@ if TYPE_CHECKING:
 _LABEL = {"pass": "PASS", "warning": "WARN", "error": "ERROR", "untested": "UNTESTED"}
 
 
-def _positive(text: str) -> int:
-    try:
-        value = int(text, 10)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a whole number: {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
-    return value
-
-
 def register(sub: Any) -> None:
+    from kvenv.cli.options import positive_value
+
     p = sub.add_parser("fingerprint", help="snapshot this host (Python, packages, torch, GPUs)")
     p.add_argument("--json", action="store_true", help="print the snapshot as JSON")
     p.add_argument("--save", metavar="PATH", help="also write it as a host snapshot file")
@@ -79,7 +71,7 @@ def register(sub: Any) -> None:
     p.set_defaults(func=cmd_doctor)
 
     p = sub.add_parser("verify-gpus", help="can the visible GPUs run this tensor-parallel size?")
-    p.add_argument("--tensor-parallel-size", type=_positive, metavar="N", help="TP degree")
+    p.add_argument("--tensor-parallel-size", type=positive_value, metavar="N", help="TP degree")
     p.add_argument("--profile", metavar="PROFILE", help="also match its GPU model and SM")
     p.add_argument("--host", metavar="SNAPSHOT", help="use this snapshot's GPUs")
     p.add_argument("--json", action="store_true", help="machine-readable verdict")
@@ -316,9 +308,7 @@ def cmd_fingerprint(args: argparse.Namespace) -> int:
         given = [f"--{n.replace('_', '-')}" for n in _ONLY_WITH_FREEZE if getattr(args, n)]
         if given:
             raise UsageError(f"{', '.join(given)}: only meaningful with --from-freeze")
-        from kvenv.probe.host import take_snapshot
-
-        snap = take_snapshot(import_torch=args.import_torch, python=args.python)
+        snap, _ = _load_host(None, import_torch=args.import_torch, python=args.python)
     if args.save:
         write_snapshot(Path(args.save), snap)
     if args.json:

@@ -1,6 +1,7 @@
 """Option values checked as the command line is parsed, before any command runs (so a bad
 value is refused on the fast paths and the full path alike, before anything is claimed or
-written): ``--jobs`` (a bounded count), ``--keep`` (generations kept) and paths (never empty).
+written): ``--jobs`` (a bounded count), ``--keep`` (generations kept), counts of at least 1
+and paths (never empty).
 Each raises :class:`argparse.ArgumentTypeError`, which the parser reports as bad input (exit 2)
 naming the option."""
 
@@ -16,6 +17,14 @@ def _whole(text: str) -> int:
         return int(text.strip())
     except ValueError:
         raise argparse.ArgumentTypeError(f"not a whole number: {text!r}") from None
+
+
+def positive_value(text: str) -> int:
+    """A whole number of at least 1 (``verify-gpus --tensor-parallel-size N``)."""
+    value = _whole(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
+    return value
 
 
 def jobs_value(text: str) -> int:

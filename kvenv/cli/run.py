@@ -55,25 +55,14 @@ def register(sub: Any) -> None:
 def _activated(args: argparse.Namespace) -> dict[str, str]:
     from kvenv.env.shellrender import activated_environ
 
-    if not args.manifest and getattr(args, "verbosity", 0) <= 0:
-        # the start-up path (issue 13): the same environment without the model, or None
-        from kvenv.env.runenv import quick_activation
+    if not args.manifest:
+        from kvenv.cli.apply import applied
 
-        quick = quick_activation(args.profile, root=args.root, cache=args.cache, environ=os.environ)
-        if quick is not None:
-            return activated_environ(quick[0], os.environ, manifest_path=str(quick[1]))
-    from kvenv.env.runenv import applied_activation
-
-    if args.manifest:
-        activation, path = applied_activation(None, manifest=args.manifest)
+        activation, path = applied(args)
     else:
-        from kvenv.cli.apply import _load
-        from kvenv.env.root import check_owner, owner_of
+        from kvenv.env.runenv import applied_activation
 
-        loaded, locations = _load(args)
-        check_owner(locations.root, owner_of(loaded))
-        on_success = getattr(args, "on_success", None)
-        activation, path = applied_activation(locations, loaded.profile.name, None, on_success)
+        activation, path = applied_activation(None, manifest=args.manifest)
     return activated_environ(activation, os.environ, manifest_path=str(path))
 
 

@@ -26,6 +26,7 @@ from kvenv.errors import KvenvError
 
 if TYPE_CHECKING:
     from kvenv.cluster.ship import ShippedBundle
+    from kvenv.env.manifest import Manifest
     from kvenv.fetch.bundle import BundleInfo
     from kvenv.model.loading import LoadedProfile
     from kvenv.model.locations import Locations
@@ -170,17 +171,31 @@ def _plan(loaded: LoadedProfile, locations: Locations, spec: NodeSpec, python: s
     )
 
 
-def _current(locations: Locations) -> tuple[str | None, str | None]:
-    """(generation, digest) applied on this node, or (None, None)."""
-    from kvenv.cluster.identity import generation_digest
+def _current(locations: Locations) -> Manifest | None:
+    """The manifest of the generation applied on this node now, or None."""
     from kvenv.env.root import current_manifest, is_owned
 
-    if not is_owned(locations.root):
-        return None, None
-    manifest = current_manifest(locations.root)
-    if manifest is None:
-        return None, None
-    return manifest.generation, generation_digest(manifest)
+    return current_manifest(locations.root) if is_owned(locations.root) else None
+
+
+def _result(
+    verdict: Verdict,
+    locations: Locations,
+    base: dict[str, Any],
+    manifest: Manifest | None = None,
+    **fields: Any,
+) -> NodeResult:
+    """A result naming the node's root and, with ``manifest``, its generation and digest."""
+    from kvenv.cluster.identity import generation_digest
+
+    return NodeResult(
+        verdict=verdict,
+        root=str(locations.root),
+        generation=manifest.generation if manifest is not None else None,
+        digest=generation_digest(manifest) if manifest is not None else None,
+        **fields,
+        **base,
+    )
 
 
 def _plan_findings(plan: Plan) -> tuple[NodeFinding, ...]:
@@ -217,20 +232,15 @@ def run_node(spec: NodeSpec) -> NodeResult:
 
 def _status(spec: NodeSpec, python: str, base: dict[str, Any]) -> NodeResult:
     _, locations, _ = _load(spec)
-    generation, digest = _current(locations)
-    return NodeResult(
-        verdict="ok" if generation else "nothing",
-        root=str(locations.root),
-        generation=generation,
-        digest=digest,
-        **base,
+    manifest = _current(locations)
+    return _result(
+        "ok" if manifest and manifest.generation else "nothing", locations, base, manifest
     )
 
 
 def _do_plan(spec: NodeSpec, python: str, base: dict[str, Any]) -> NodeResult:
     loaded, locations, _ = _load(spec)
     plan = _plan(loaded, locations, spec, python)
-    generation, digest = _current(locations)
     verdict: Verdict = (
         "refused"
         if not plan.compatible
@@ -238,14 +248,13 @@ def _do_plan(spec: NodeSpec, python: str, base: dict[str, Any]) -> NodeResult:
         if (plan.up_to_date and not spec.repair)
         else "ready"
     )
-    return NodeResult(
-        verdict=verdict,
-        root=str(locations.root),
-        generation=generation,
-        digest=digest,
+    return _result(
+        verdict,
+        locations,
+        base,
+        _current(locations),
         findings=_plan_findings(plan),
         detail=f"{sum(1 for s in plan.steps if not s.done)} step(s) to do",
-        **base,
     )
 
 
@@ -255,15 +264,13 @@ def _do_apply(spec: NodeSpec, python: str, base: dict[str, Any]) -> NodeResult:
     loaded, locations, bundle = _load(spec)
     plan = _plan(loaded, locations, spec, python)
     if not plan.compatible:
-        generation, digest = _current(locations)
-        return NodeResult(
-            verdict="refused",
-            root=str(locations.root),
-            generation=generation,
-            digest=digest,
+        return _result(
+            "refused",
+            locations,
+            base,
+            _current(locations),
             findings=_plan_findings(plan),
             detail="nothing was changed on this node",
-            **base,
         )
     result = apply(
         plan,
@@ -275,48 +282,35 @@ def _do_apply(spec: NodeSpec, python: str, base: dict[str, Any]) -> NodeResult:
             repair=spec.repair,
         ),
     )
-    generation, digest = _current(locations)
-    return NodeResult(
-        verdict="up-to-date" if result.status == "up-to-date" else "applied",
-        root=str(locations.root),
-        generation=generation,
-        digest=digest,
+    return _result(
+        "up-to-date" if result.status == "up-to-date" else "applied",
+        locations,
+        base,
+        _current(locations),
         findings=tuple(NodeFinding("warning", w) for w in result.warnings),
-        **base,
     )
 
 
 def _do_verify(spec: NodeSpec, python: str, base: dict[str, Any]) -> NodeResult:
-    from kvenv.cluster.identity import generation_digest
     from kvenv.env.integrity import state_damage
     from kvenv.env.root import check_owner, is_owned, owner_of
     from kvenv.env.verify import verify, verify_activation
 
     loaded, locations, _ = _load(spec)
     if not is_owned(locations.root):
-        return NodeResult(verdict="nothing", root=str(locations.root), **base)
+        return _result("nothing", locations, base)
     check_owner(locations.root, owner_of(loaded))
     manifest, damage = state_damage(locations)
     if damage:
-        return NodeResult(
-            verdict="drift",
-            root=str(locations.root),
-            findings=tuple(NodeFinding(d.kind, d.message) for d in damage),
-            **base,
-        )
+        findings = tuple(NodeFinding(d.kind, d.message) for d in damage)
+        return _result("drift", locations, base, findings=findings)
     if manifest is None:
-        return NodeResult(verdict="nothing", root=str(locations.root), **base)
+        return _result("nothing", locations, base)
     host = _host(python)
     drifts = verify(manifest, host, locations=locations, jobs=spec.jobs)
     drifts += verify_activation(manifest, loaded, host)
-    return NodeResult(
-        verdict="drift" if drifts else "ok",
-        root=str(locations.root),
-        generation=manifest.generation,
-        digest=generation_digest(manifest),
-        findings=tuple(NodeFinding(d.kind, d.message) for d in drifts[:50]),
-        **base,
-    )
+    findings = tuple(NodeFinding(d.kind, d.message) for d in drifts[:50])
+    return _result("drift" if drifts else "ok", locations, base, manifest, findings=findings)
 
 
 _ACTIONS = {"status": _status, "plan": _do_plan, "apply": _do_apply, "verify": _do_verify}

@@ -22,7 +22,7 @@ from types import ModuleType
 from typing import Any
 
 import attrs
-from packaging.version import InvalidVersion, Version
+from packaging.version import Version
 
 import kvenv.runtime.gpus as gpus
 import kvenv.runtime.shardsave as shardsave
@@ -119,35 +119,37 @@ def runtime_defaults(profile: str | None) -> RuntimeDefaults:
 
 def import_vllm(profile: str | None = None) -> ModuleType:
     """Import vllm; when it is missing, activate the applied runtime and try once more."""
-    try:
-        return importlib.import_module("vllm")
-    except ModuleNotFoundError as exc:
-        if exc.name != "vllm":
-            raise _broken(exc) from None
-    activated = activate_runtime(profile)
-    if activated:
-        importlib.invalidate_caches()
-        try:
-            return importlib.import_module("vllm")
-        except ModuleNotFoundError as exc:
-            if exc.name != "vllm":
-                raise _broken(exc) from None
+    module = _try_import_vllm()
+    if module is not None:
+        return module
+    if not activate_runtime(profile):
+        raise RuntimeNotReady(
+            "vLLM is not importable and no applied runtime was found",
+            hint="run `kvenv apply` (with --profile to pick a profile), then try again",
+        )
+    importlib.invalidate_caches()
+    module = _try_import_vllm()
+    if module is None:
         raise RuntimeNotReady(
             "vLLM is still not importable after activating the applied runtime",
             hint="the applied runtime looks incomplete: run `kvenv apply` again",
         )
-    raise RuntimeNotReady(
-        "vLLM is not importable and no applied runtime was found",
-        hint="run `kvenv apply` (with --profile to pick a profile), then try again",
-    )
+    return module
 
 
-def _broken(exc: ModuleNotFoundError) -> RuntimeNotReady:
-    return RuntimeNotReady(
-        f"vLLM is installed but cannot be imported: module {exc.name!r} is missing",
-        hint="the overlay is incomplete or does not match this host: run `kvenv apply` "
-        "and `kvenv doctor`",
-    )
+def _try_import_vllm() -> ModuleType | None:
+    """vllm, or None when it is not installed; one that is but lacks a module it imports is
+    refused."""
+    try:
+        return importlib.import_module("vllm")
+    except ModuleNotFoundError as exc:
+        if exc.name == "vllm":
+            return None
+        raise RuntimeNotReady(
+            f"vLLM is installed but cannot be imported: module {exc.name!r} is missing",
+            hint="the overlay is incomplete or does not match this host: run `kvenv apply` "
+            "and `kvenv doctor`",
+        ) from None
 
 
 def activate_runtime(profile: str | None) -> bool:
@@ -158,13 +160,6 @@ def activate_runtime(profile: str | None) -> bool:
             return False
         raise
     return bool(activate_in_process(profile=profile, manifest=None))
-
-
-def vllm_version(vllm: ModuleType) -> Version | None:
-    try:
-        return Version(str(getattr(vllm, "__version__", "")))
-    except InvalidVersion:
-        return None
 
 
 # --- keywords ----------------------------------------------------------------------------------
@@ -327,8 +322,9 @@ class LLM:
         self.model = os.fspath(model)
         self.inspection: ShardInspection | None = None
         if engine.get("load_format") == "sharded_state":
+            version = vllmbuild.parse_version(self.vllm_version)
             self.inspection = guard_sharded_load(
-                self.model, tp, pp, engine.get("model_loader_extra_config"), vllm_version(vllm)
+                self.model, tp, pp, engine.get("model_loader_extra_config"), version
             )
         for key, value in env.items():
             if key == ATTENTION_ENV and "attention_backend" in kwargs:
@@ -373,7 +369,7 @@ class LLM:
             _positive("max_size", max_size)
         tp = int(self.engine_kwargs.get("tensor_parallel_size", 1))
         pp = int(self.engine_kwargs.get("pipeline_parallel_size", 1))
-        version = _parse_version(self.vllm_version)
+        version = vllmbuild.parse_version(self.vllm_version)
         if pp > 1 and (version is None or version < _PP_PATTERN_SINCE):
             raise UsageError(
                 f"vLLM {self.vllm_version} cannot save a pipeline-parallel sharded checkpoint: "
@@ -504,13 +500,6 @@ def _cpu_fix(keywords: Keywords) -> str | None:
 
 def _text(value: object) -> str | None:
     return None if value is None else str(value)
-
-
-def _parse_version(text: str) -> Version | None:
-    try:
-        return Version(text)
-    except InvalidVersion:
-        return None
 
 
 def _merge(

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import IO, Any, Literal
 
 import attrs
-from packaging.version import InvalidVersion, Version
+from packaging.version import Version
 
 import kvenv.runtime.vllmbuild as vllmbuild
 from kvenv._util import jsonio
@@ -290,12 +290,8 @@ def _check_exposure(config: ServeConfig, env: Mapping[str, str], bad: Any) -> No
 
 def attention_via_env(version: str | None) -> bool:
     """True when the vLLM in use predates ``--attention-backend`` (unknown: assume newer)."""
-    if version is None:
-        return False
-    try:
-        return Version(version) < _ATTENTION_FLAG_SINCE
-    except InvalidVersion:
-        return False
+    parsed = vllmbuild.parse_version(version)
+    return parsed is not None and parsed < _ATTENTION_FLAG_SINCE
 
 
 def build_argv(config: ServeConfig) -> list[str]:
@@ -309,27 +305,19 @@ def build_argv(config: ServeConfig) -> list[str]:
         ("--served-model-name", config.served_model_name),
         ("--revision", config.revision),
         ("--load-format", config.load_format),
-    ):
-        if value is not None:
-            argv += [flag, str(value)]
-    argv += ["--host", config.bind_host, "--port", str(config.port)]
-    for flag, number in (
+        ("--host", config.bind_host),
+        ("--port", config.port),
         ("--tensor-parallel-size", config.tensor_parallel_size),
         ("--pipeline-parallel-size", config.pipeline_parallel_size),
-    ):
-        if number is not None:
-            argv += [flag, str(number)]
-    if config.dtype is not None:
-        argv += ["--dtype", config.dtype]
-    for flag, option in (
+        ("--dtype", config.dtype),
         ("--max-model-len", config.max_model_len),
         ("--gpu-memory-utilization", config.gpu_memory_utilization),
         ("--max-num-batched-tokens", config.max_num_batched_tokens),
         ("--max-num-seqs", config.max_num_seqs),
         ("--seed", config.seed),
     ):
-        if option is not None:
-            argv += [flag, str(option)]
+        if value is not None:
+            argv += [flag, str(value)]
     if config.enable_prefix_caching is not None:
         argv.append(
             "--enable-prefix-caching"
@@ -666,16 +654,12 @@ def _guard(config: ServeConfig) -> None:
     from kvenv.runtime.llm import guard_sharded_load
 
     loader = _loader_config(config.extra_args)
-    try:
-        version = Version(config.vllm_version) if config.vllm_version else None
-    except InvalidVersion:
-        version = None
     guard_sharded_load(
         config.model,
         config.tensor_parallel_size or 1,
         config.pipeline_parallel_size or 1,
         loader,
-        version,
+        vllmbuild.parse_version(config.vllm_version),
     )
 
 

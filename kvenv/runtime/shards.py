@@ -352,9 +352,9 @@ def _scan(root: Path) -> _Scan:
             elif entry.name != SHARD_MANIFEST_NAME:
                 metadata.append(entry.name)
             continue
-        kind, parsed = shard
+        kind, parsed, numbers = shard
         kinds.add(kind)
-        if any(str(int(v)) != v for v in _numbers(entry.name)):
+        if any(str(int(v)) != v for v in numbers):
             errors.append(
                 Problem(
                     "rank and part numbers must not have leading zeros; vLLM "
@@ -397,38 +397,31 @@ def _scan(root: Path) -> _Scan:
     )
 
 
-def _numbers(name: str) -> list[str]:
-    match = _PP_RE.fullmatch(name) or _TP_RE.fullmatch(name)
-    return list(match.groups()) if match else []
-
-
-def _parse_name(name: str, size: int) -> tuple[Pattern, Shard] | None:
+def _parse_name(name: str, size: int) -> tuple[Pattern, Shard, tuple[str, ...]] | None:
+    """The pattern of a shard file's name, the shard, and its numbers as the name spells them."""
     match = _PP_RE.fullmatch(name)
     if match:
         stage, rank, part = (int(g) for g in match.groups())
-        return "pp-tp", Shard(name, stage, rank, part, size)
+        return "pp-tp", Shard(name, stage, rank, part, size), match.groups()
     match = _TP_RE.fullmatch(name)
     if match:
         rank, part = (int(g) for g in match.groups())
-        return "tp", Shard(name, 0, rank, part, size)
+        return "tp", Shard(name, 0, rank, part, size), match.groups()
     return None
 
 
 def _refuse_links(root: Path, entry: os.DirEntry[str]) -> None:
-    if entry.is_symlink():
-        raise ShardError(
-            f"refusing symlink in a sharded checkpoint: {entry.path} -> {os.readlink(entry.path)}",
-            hint="copy the real file into the directory",
-        )
-    if entry.is_dir(follow_symlinks=False):
-        for dirpath, dirnames, filenames in os.walk(entry.path):
-            for name in dirnames + filenames:
-                full = os.path.join(dirpath, name)
-                if os.path.islink(full):
-                    raise ShardError(
-                        f"refusing symlink in a sharded checkpoint: {full} -> {os.readlink(full)}",
-                        hint="copy the real file into the directory",
-                    )
+    paths = [entry.path]
+    if entry.is_dir(follow_symlinks=False):  # and everything below it
+        paths += [
+            os.path.join(d, n) for d, dirs, files in os.walk(entry.path) for n in dirs + files
+        ]
+    for full in paths:
+        if os.path.islink(full):
+            raise ShardError(
+                f"refusing symlink in a sharded checkpoint: {full} -> {os.readlink(full)}",
+                hint="copy the real file into the directory",
+            )
 
 
 # --- checks ------------------------------------------------------------------------------------
@@ -440,33 +433,15 @@ def _contiguity(shards: Iterable[Shard]) -> list[Problem]:
     for shard in shards:
         by_stage.setdefault(shard.stage, {}).setdefault(shard.rank, []).append(shard.part)
     stages = sorted(by_stage)
-    if stages != list(range(len(stages))):
-        problems.append(
-            Problem(
-                f"pipeline stages are not contiguous from 0: {stages}",
-                fix="a stage's files are missing; save the checkpoint again",
-            )
-        )
+    problems += _gaps(stages, "pipeline stages are", "a stage's files are")
     rank_sets = {stage: sorted(ranks) for stage, ranks in by_stage.items()}
     for stage in stages:
         ranks = rank_sets[stage]
         label = f"stage {stage} " if len(stages) > 1 or stages != [0] else ""
-        if ranks != list(range(len(ranks))):
-            problems.append(
-                Problem(
-                    f"{label}rank sequence is not contiguous from 0: {ranks}",
-                    fix="a rank's files are missing; save the checkpoint again",
-                )
-            )
+        problems += _gaps(ranks, f"{label}rank sequence is", "a rank's files are")
         for rank in ranks:
             parts = sorted(by_stage[stage][rank])
-            if parts != list(range(len(parts))):
-                problems.append(
-                    Problem(
-                        f"part sequence for {label}rank {rank} is not contiguous from 0: {parts}",
-                        fix="a part file is missing; save the checkpoint again",
-                    )
-                )
+            problems += _gaps(parts, f"part sequence for {label}rank {rank} is", "a part file is")
     if len({tuple(r) for r in rank_sets.values()}) > 1:
         problems.append(
             Problem(
@@ -475,6 +450,18 @@ def _contiguity(shards: Iterable[Shard]) -> list[Problem]:
             )
         )
     return problems
+
+
+def _gaps(numbers: list[int], what: str, lost: str) -> list[Problem]:
+    """A problem when the sorted ``numbers`` are not 0, 1, 2, ...: something is missing."""
+    if numbers == list(range(len(numbers))):
+        return []
+    return [
+        Problem(
+            f"{what} not contiguous from 0: {numbers}",
+            fix=f"{lost} missing; save the checkpoint again",
+        )
+    ]
 
 
 def _consistency(shards: Iterable[Shard], headers: Mapping[str, Header]) -> list[Problem]:

@@ -65,13 +65,19 @@ class VllmBuild:
         return f"{name} {self.version or '?'}{where}"
 
 
-def _local(version: str | None) -> str:
-    if not version:
-        return ""
+def parse_version(text: str | None) -> Version | None:
+    """``text`` as a version; None when it is empty or not one (vLLM's, say ``unknown``)."""
+    if not text:
+        return None
     try:
-        return Version(version).local or ""
+        return Version(text)
     except InvalidVersion:
-        return ""
+        return None
+
+
+def _local(version: str | None) -> str:
+    parsed = parse_version(version)
+    return "" if parsed is None else parsed.local or ""
 
 
 def find_build(path: Sequence[str] | None = None) -> VllmBuild | None:
