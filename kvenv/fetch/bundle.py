@@ -30,7 +30,6 @@ import shutil
 import stat
 import tempfile
 from collections.abc import Sequence
-from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime, timezone
 from pathlib import Path, PurePosixPath
 from typing import Literal
@@ -41,6 +40,7 @@ from kvenv import __version__
 from kvenv._util import jsonio, memo, tomlio
 from kvenv._util.hashing import HashingWriter, copy_hashing, sha256_file, sha_mismatch
 from kvenv._util.progress import Progress
+from kvenv._util.threads import thread_map
 from kvenv.errors import InputError, IntegrityError, Problem
 from kvenv.fetch.cache import default_cache_root
 from kvenv.fetch.core import LocalFiles, fetch_all
@@ -471,8 +471,8 @@ def _verify_files(root: Path, sums: dict[str, str], *, jobs: int) -> None:
             return Problem(sha_mismatch(str(path), expected, actual).message, file=str(path))
         return None
 
-    with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
-        problems = [p for p in pool.map(check, sorted(sums.items())) if p is not None]
+    checked = thread_map(check, sorted(sums.items()), jobs, "kvenv-verify")
+    problems = [p for p in checked if p is not None]
     if problems:
         raise IntegrityError(
             f"bundle {root} does not match its {SUMS}: {len(problems)} file(s) differ",

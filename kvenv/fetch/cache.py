@@ -62,17 +62,14 @@ class ArtifactCache:
         self, sha256: str, size: int | None, filename: str | None, *, rehash: bool
     ) -> Path | None:
         """The verified cached file for ``sha256`` (named ``filename`` when given), or None."""
-        entry = self.entry(sha256)
-        if not entry.is_dir():
-            return None
-        found = self._candidate(entry, filename)
+        found = self._candidate(sha256, filename)
         if found is None:
             return None
         if not rehash and self._marker_matches(found, size):
             return self._named(found, filename)
         actual, actual_size = sha256_file(found)
         if actual != sha256 or (size is not None and actual_size != size):
-            self._evict(entry)
+            self._evict(found.parent)
             return None
         self._write_marker(found)
         return self._named(found, filename)
@@ -81,10 +78,7 @@ class ArtifactCache:
         """Why the cached file of ``sha256`` is not sound, or None when it is (or is absent).
         Cheap: a file whose marker matches is sound; one that changed since it was verified is
         re-hashed (``rehash`` re-hashes every file). Changes nothing."""
-        entry = self.entry(sha256)
-        if not entry.is_dir():
-            return None
-        found = self._candidate(entry, None)
+        found = self._candidate(sha256, None)
         if found is None:
             return None
         if not rehash and self._marker_matches(found, None):
@@ -128,7 +122,12 @@ class ArtifactCache:
 
     # -- internals ----------------------------------------------------------------------------
 
-    def _candidate(self, entry: Path, filename: str | None) -> Path | None:
+    def _candidate(self, sha256: str, filename: str | None) -> Path | None:
+        """The file in the entry of ``sha256`` (the one named ``filename`` when it is there),
+        or None when there is no entry or it holds no file."""
+        entry = self.entry(sha256)
+        if not entry.is_dir():
+            return None
         if filename is not None:
             exact = entry / filename
             if exact.is_file():
@@ -162,35 +161,17 @@ class ArtifactCache:
 
     def _marker_matches(self, path: Path, size: int | None) -> bool:
         try:
-            recorded = jsonio.loads_json(
-                (path.parent / _MARKER).read_text(), file=str(path.parent / _MARKER)
-            )
             stat = path.stat()
-        except (OSError, ValueError):
+        except OSError:
             return False
-        if not isinstance(recorded, dict):
-            return False
-        # Not kvenv._util.identity.of_stat: the ctime is left out on purpose, since a second
-        # name for the same bytes (_named: a hard link) moves it without changing a byte.
-        current = {"size": stat.st_size, "mtime_ns": stat.st_mtime_ns, "ino": stat.st_ino}
         if size is not None and stat.st_size != size:
             return False
-        return recorded.get(path.name) == current
+        return _recorded(path.parent / _MARKER).get(path.name) == _identity(stat)
 
     def _write_marker(self, path: Path) -> None:
         marker = path.parent / _MARKER
-        try:
-            recorded = jsonio.loads_json(marker.read_text(), file=str(marker))
-        except (OSError, ValueError):
-            recorded = {}
-        if not isinstance(recorded, dict):
-            recorded = {}
-        stat = path.stat()
-        recorded[path.name] = {
-            "size": stat.st_size,
-            "mtime_ns": stat.st_mtime_ns,
-            "ino": stat.st_ino,
-        }
+        recorded = _recorded(marker)
+        recorded[path.name] = _identity(path.stat())
         # Not fsynced: a marker lost in a crash only costs one re-hash of the file.
         atomic.write_text(marker, json.dumps(recorded), durable=False)
 
@@ -207,13 +188,26 @@ class ArtifactCache:
             with contextlib.suppress(OSError):
                 if child.stat().st_mtime < cutoff:
                     if child.is_dir():
-                        _remove_tree(child)
+                        shutil.rmtree(child, ignore_errors=True)
                     else:
                         child.unlink()
 
 
-def _remove_tree(path: Path) -> None:
-    shutil.rmtree(path, ignore_errors=True)
+def _recorded(marker: Path) -> dict[str, object]:
+    """The records of a ``.verified`` marker by file name ({} when it is missing, unreadable or
+    not a table)."""
+    try:
+        recorded = jsonio.loads_json(marker.read_text(), file=str(marker))
+    except (OSError, ValueError):
+        return {}
+    return recorded if isinstance(recorded, dict) else {}
+
+
+def _identity(stat: os.stat_result) -> dict[str, int]:
+    """What a marker records of a verified file. Not kvenv._util.identity.of_stat: the ctime is
+    left out on purpose, since a second name for the same bytes (_named: a hard link) moves it
+    without changing a byte."""
+    return {"size": stat.st_size, "mtime_ns": stat.st_mtime_ns, "ino": stat.st_ino}
 
 
 def default_cache_root() -> Path:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import os
 import shutil
 import threading
@@ -137,18 +138,12 @@ def _dedupe(artifacts: Iterable[Artifact]) -> list[Artifact]:
             raise IntegrityError(f"{artifact.label}: {artifact.sha256!r} is not a sha256")
         other = seen.get(sha)
         if other is None:
-            seen[sha] = artifact if sha == artifact.sha256 else _lower(artifact)
+            seen[sha] = artifact if sha == artifact.sha256 else attrs.evolve(artifact, sha256=sha)
         elif artifact.size is not None and other.size is not None and artifact.size != other.size:
             raise IntegrityError(
                 f"{artifact.label} and {other.label} pin the same sha256 with different sizes"
             )
     return list(seen.values())
-
-
-def _lower(artifact: Artifact) -> Artifact:
-    import attrs
-
-    return attrs.evolve(artifact, sha256=artifact.sha256.lower())
 
 
 def _safe_filename(filename: str | None, artifact: Artifact) -> None:
@@ -185,8 +180,7 @@ def _is_hub(artifact: Artifact) -> bool:
 
 
 def _needs_network(artifact: Artifact) -> bool:
-    source = artifact.source
-    return not isinstance(source, Path) or (artifact.index_fallback and not source.is_file())
+    return not isinstance(artifact.source, Path) or _located(artifact)
 
 
 def _located(artifact: Artifact) -> bool:
@@ -405,14 +399,8 @@ class _Fetcher:
         return config.index_urls(), list(config.find_links)
 
     def _report(self, label: str) -> Callable[[int, int | None], None] | None:
-        progress = self.progress
-        if progress is None:
-            return None
-
-        def report(done: int, total: int | None) -> None:
-            progress(label, done, total)
-
-        return report
+        """``progress`` for the one file ``label``: called as ``report(done, total)``."""
+        return None if self.progress is None else functools.partial(self.progress, label)
 
     def _from_hub(self, artifact: Artifact, source: HfSource) -> Path:
         directory = self.store.temp_dir()

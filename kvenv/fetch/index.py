@@ -91,20 +91,15 @@ def _search_errors() -> tuple[type[Exception], ...]:
 
 
 def _unreachable(wanted: str, urls: Sequence[str], exc: Exception) -> FetchError:
+    from kvenv.lock.pages import without_urls  # URLs redacted: credentials never reach a message
+
     where = ", ".join(redact_url(u) for u in urls) or "the default index"
     return FetchError(
-        f"cannot search {where} for {wanted}: {type(exc).__name__}: {_without_urls(str(exc))}",
+        f"cannot search {where} for {wanted}: {type(exc).__name__}: {without_urls(str(exc))}",
         hint="check the network and the index URL (--index-url, PIP_INDEX_URL); with no "
         "network, install from a bundle made on a connected machine with "
         "`{kvenv bundle -o kvenv-bundle}`: `{kvenv apply --offline --from kvenv-bundle}`",
     )
-
-
-def _without_urls(text: str) -> str:
-    """``text`` with every URL in it redacted (credentials never reach a message)."""
-    from kvenv.lock.pages import without_urls
-
-    return without_urls(text)
 
 
 def _matches(package: Any, link: Any, version: str, filename: str | None) -> bool:

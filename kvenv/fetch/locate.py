@@ -19,7 +19,6 @@ source has the pinned file.
 
 from __future__ import annotations
 
-import json
 import threading
 from collections.abc import Iterable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -36,7 +35,7 @@ from kvenv.errors import FetchError, IntegrityError
 from kvenv.fetch.http import Connections
 from kvenv.lock.cache import IndexCache
 from kvenv.lock.pages import Found, Pages
-from kvenv.lock.pagescan import scan_files
+from kvenv.lock.pagescan import absolute_url, page_files
 
 WORKERS = 16  # page requests in flight at once (small responses: latency-bound)
 
@@ -188,23 +187,8 @@ def _in_page(found: Found, filename: str) -> list[FileListing]:
 
 
 def _in_json(content: bytes, base: str, filename: str) -> list[FileListing]:
-    files: list[Any]
-    try:
-        text = content.decode("utf-8")
-    except UnicodeDecodeError:
-        text = None
-    scanned = scan_files(text, lambda name: name == filename) if text is not None else None
-    if scanned is not None:
-        files = scanned[1]
-    else:
-        try:
-            data = json.loads(content)
-        except ValueError:
-            raise FetchError(f"invalid JSON index page: {redact_url(base)}") from None
-        raw = data.get("files") if isinstance(data, dict) else None
-        files = raw if isinstance(raw, list) else []
     out = []
-    for file in files:
+    for file in page_files(content, base, lambda name: name == filename)[1]:
         if not isinstance(file, dict) or file.get("filename") != filename:
             continue
         url = file.get("url")
@@ -212,7 +196,7 @@ def _in_json(content: bytes, base: str, filename: str) -> list[FileListing]:
             continue
         hashes = file.get("hashes")
         sha = hashes.get("sha256") if isinstance(hashes, dict) else None
-        out.append(FileListing(_absolute(base, url), sha if isinstance(sha, str) else None))
+        out.append(FileListing(absolute_url(base, url), sha if isinstance(sha, str) else None))
     return out
 
 
@@ -233,9 +217,3 @@ def _in_html(page: Any, filename: str) -> list[FileListing]:
         else:
             out.append(FileListing(str(link.url_without_fragment), sha))
     return out
-
-
-def _absolute(base: str, url: str) -> str:
-    if not url.startswith(("https://", "http://")):
-        url = urljoin(base, url)
-    return url.split("#", 1)[0]

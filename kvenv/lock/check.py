@@ -123,66 +123,50 @@ def _check_native(loaded: LoadedProfile, lock: LockFile, file: str) -> Iterator[
     from kvenv.lock.pylock import hub_resolve_url
     from kvenv.model.profile import HfSource, PathSource, UrlSource
 
+    def relock(message: str, path: str) -> Problem:
+        return Problem(message, file=file, path=path, fix=_RELOCK)
+
     pin = loaded.profile.native
     marked = [i for i, t in enumerate(lock.package_tools) if t is not None and t.native]
     if pin is None:
         for index in marked:
-            yield Problem(
+            yield relock(
                 "the lock records a native wheel; the profile has none",
-                file=file,
-                path=f"$.packages[{index}].tool.kvenv.native",
-                fix=_RELOCK,
+                f"$.packages[{index}].tool.kvenv.native",
             )
         return
     if not marked:
-        yield Problem(
+        yield relock(
             f"the lock does not record the native wheel {pin.name} {pin.version} as a package "
             "(other installers would install the overlay without it)",
-            file=file,
-            path="$.packages",
-            fix=_RELOCK,
+            "$.packages",
         )
         return
     for index in marked[1:]:
-        yield Problem(
+        yield relock(
             "a second package is marked as the native wheel",
-            file=file,
-            path=f"$.packages[{index}].tool.kvenv.native",
-            fix=_RELOCK,
+            f"$.packages[{index}].tool.kvenv.native",
         )
     index = marked[0]
     package = lock.pylock.packages[index]
     where = f"$.packages[{index}]"
     if name_key(package.name) != name_key(pin.name):
-        yield Problem(
-            f"the native package is {package.name}; the profile pins {pin.name}",
-            file=file,
-            path=f"{where}.name",
-            fix=_RELOCK,
+        yield relock(
+            f"the native package is {package.name}; the profile pins {pin.name}", f"{where}.name"
         )
     if package.version is None or package.version != Version(pin.version):
-        yield Problem(
+        yield relock(
             f"the native package's version is {package.version}; the profile pins {pin.version}",
-            file=file,
-            path=f"{where}.version",
-            fix=_RELOCK,
+            f"{where}.version",
         )
     wheels = list(package.wheels or ())
     if len(wheels) != 1:
-        yield Problem(
-            "the native package must have exactly one wheel",
-            file=file,
-            path=f"{where}.wheels",
-            fix=_RELOCK,
-        )
+        yield relock("the native package must have exactly one wheel", f"{where}.wheels")
         return
     wheel, at = wheels[0], f"{where}.wheels[0]"
     if wheel.hashes.get("sha256") != pin.sha256:
-        yield Problem(
-            f"the native wheel's sha256 is not the profile's {pin.sha256}",
-            file=file,
-            path=f"{at}.hashes.sha256",
-            fix=_RELOCK,
+        yield relock(
+            f"the native wheel's sha256 is not the profile's {pin.sha256}", f"{at}.hashes.sha256"
         )
     size: int | None = pin.size
     if size is None and isinstance(pin.source, PathSource):
@@ -190,20 +174,16 @@ def _check_native(loaded: LoadedProfile, lock: LockFile, file: str) -> Iterator[
         memo.note("stat", str(local))  # a passed check holds while it is as it was
         size = local.stat().st_size if local.is_file() else None
     if size is not None and wheel.size != size:
-        yield Problem(
+        yield relock(
             f"the native wheel's size is {wheel.size}; the profile's wheel has {size} bytes",
-            file=file,
-            path=f"{at}.size",
-            fix=_RELOCK,
+            f"{at}.size",
         )
     source = pin.source
     expected = getattr(source, "filename", None)
     if expected and wheel.filename != expected:
-        yield Problem(
+        yield relock(
             f"the native wheel's file name is {wheel.filename}; the profile names {expected}",
-            file=file,
-            path=f"{at}.name",
-            fix=_RELOCK,
+            f"{at}.name",
         )
     if lock.kvenv.portable:
         return
@@ -213,11 +193,9 @@ def _check_native(loaded: LoadedProfile, lock: LockFile, file: str) -> Iterator[
     elif isinstance(source, UrlSource):
         url = source.url
     if url is not None and wheel.url != url:
-        yield Problem(
+        yield relock(
             f"the native wheel's url is {wheel.url}; a lock that names URLs gives {url}",
-            file=file,
-            path=f"{at}.url",
-            fix=_RELOCK,
+            f"{at}.url",
         )
 
 

@@ -193,50 +193,6 @@ def build_request(
     return request, sorted({r.text for r in roots}), sorted(set(constraint_lines))
 
 
-def kvenv_table(
-    loaded: LoadedProfile,
-    request: LockRequest,
-    resolution: Resolution,
-    *,
-    native: NativeRequires,
-    host: HostSnapshot | None,
-    roots: list[str],
-    constraints: list[str],
-    exclude_newer: datetime | None,
-    portable: bool = False,
-) -> KvenvTable:
-    profile = loaded.profile
-    assert profile.native is not None
-    return KvenvTable(
-        schema=1,
-        profile=profile.name,
-        profile_digest=loaded.digest,
-        host_snapshot_digest=snapshot_digest(host) if host is not None else None,
-        target=request.target.describe(),
-        protected=sorted({canonicalize_name(n) for n in profile.host.protected}),
-        native=NativeEntry(
-            name=profile.native.name,
-            version=profile.native.version,
-            sha256=profile.native.sha256,
-            requires=list(native.requires),
-            requires_from=native.source,
-            linkage=list(native.linkage) if native.linkage is not None else None,
-            overlay_provides=list(native.overlay_provides) or None,
-        ),
-        requires=roots,
-        constraints=constraints,
-        exclude_newer=exclude_newer.isoformat() if exclude_newer else None,
-        portable=portable,
-        assumptions=[
-            AssumptionEntry(a.name, a.requirement, a.required_by) for a in resolution.assumptions
-        ],
-        shadows=[
-            ShadowEntry(s.name, s.host_version, s.overlay_version) for s in resolution.shadows
-        ],
-        waivers=[WaiverEntry(w.name, w.reason, list(w.dropped)) for w in resolution.waivers],
-    )
-
-
 def lock_profile(
     loaded: LoadedProfile,
     options: LockOptions,
@@ -514,16 +470,35 @@ def render_lock(
     native_wheel: WheelFile | None = None,
     previous: LockFile | None = None,
 ) -> str:
-    table = kvenv_table(
-        loaded,
-        request,
-        resolution,
-        native=native,
-        host=host,
-        roots=roots,
+    profile = loaded.profile
+    assert profile.native is not None
+    table = KvenvTable(
+        schema=1,
+        profile=profile.name,
+        profile_digest=loaded.digest,
+        host_snapshot_digest=snapshot_digest(host) if host is not None else None,
+        target=request.target.describe(),
+        protected=sorted({canonicalize_name(n) for n in profile.host.protected}),
+        native=NativeEntry(
+            name=profile.native.name,
+            version=profile.native.version,
+            sha256=profile.native.sha256,
+            requires=list(native.requires),
+            requires_from=native.source,
+            linkage=list(native.linkage) if native.linkage is not None else None,
+            overlay_provides=list(native.overlay_provides) or None,
+        ),
+        requires=roots,
         constraints=constraints,
-        exclude_newer=exclude_newer,
+        exclude_newer=exclude_newer.isoformat() if exclude_newer else None,
         portable=portable,
+        assumptions=[
+            AssumptionEntry(a.name, a.requirement, a.required_by) for a in resolution.assumptions
+        ],
+        shadows=[
+            ShadowEntry(s.name, s.host_version, s.overlay_version) for s in resolution.shadows
+        ],
+        waivers=[WaiverEntry(w.name, w.reason, list(w.dropped)) for w in resolution.waivers],
     )
     wheelhouse = (loaded.base_dir / WHEELHOUSE).resolve() if portable else None
     document = build_lock(

@@ -33,13 +33,11 @@ from packaging.utils import (
 )
 from packaging.version import InvalidVersion, Version
 
-from kvenv._util import jsonio
-from kvenv._util.redact import redact_url
 from kvenv.errors import FetchError
 from kvenv.lock.cache import CachedPage, IndexCache
 from kvenv.lock.jobs import Claimable
 from kvenv.lock.pages import JSON_PAGE, Found, Pages, new_session
-from kvenv.lock.pagescan import scan_files
+from kvenv.lock.pagescan import absolute_url, page_files
 from kvenv.lock.sources import IndexConfig
 from kvenv.model.target import TargetEnv
 
@@ -235,25 +233,14 @@ class Finder:
         cost no more than a few string operations (issue 13; the same checks as
         :meth:`_wheels`, in the same terms)."""
         base = page.url
-        scanned = None
-        if self.scan_pages:
-            try:
-                text = page.content.decode("utf-8")
-            except UnicodeDecodeError:
-                text = None
-            if text is not None:
-                scanned = scan_files(
-                    text, lambda filename: self._tag_rank(name, filename) is not None
-                )
+        scanned, files = page_files(
+            page.content,
+            base,
+            lambda filename: self._tag_rank(name, filename) is not None,
+            scan=self.scan_pages,
+        )
         if scanned is not None:
-            filenames.extend(scanned[0])
-            files: list[Any] = scanned[1]
-        else:
-            try:
-                data = jsonio.loads_json(page.content, file=redact_url(base))
-            except ValueError:  # malformed, or nested too deeply (kvenv._util.nesting)
-                raise FetchError(f"invalid JSON index page: {redact_url(base)}") from None
-            files = data.get("files", []) if isinstance(data, dict) else []
+            filenames.extend(scanned)
         python = self.target.python_full_version
         specs: dict[str, bool] = {}
         for file in files:
@@ -280,9 +267,6 @@ class Finder:
             version = _version_of(name, filename)
             if version is None:
                 continue
-            url = str(raw_url)
-            if not url.startswith(("https://", "http://")):
-                url = urljoin(base, url)
             hashes = file.get("hashes") or {}
             meta = file.get("core-metadata", file.get("data-dist-info-metadata"))
             size = file.get("size")
@@ -291,7 +275,7 @@ class Finder:
                     name=name,
                     version=version,
                     filename=filename,
-                    url=url.split("#", 1)[0],
+                    url=absolute_url(base, str(raw_url)),
                     rank=rank,
                     index=index,
                     sha256=hashes.get("sha256") if isinstance(hashes, dict) else None,
@@ -493,28 +477,21 @@ def _entries(page: Any, index: str | None) -> list[_Entry]:
 
     base = page.link.url_without_fragment
     if page.content_type.startswith("application/vnd.pypi.simple.v1+json"):
-        try:
-            data = jsonio.loads_json(page.content, file=redact_url(base))
-        except ValueError:  # malformed, or nested too deeply (kvenv._util.nesting)
-            raise FetchError(f"invalid JSON index page: {redact_url(base)}") from None
         out = []
-        for file in data.get("files", []):
+        for file in page_files(page.content, base, lambda _: True, scan=False)[1]:
             if not isinstance(file, dict) or not file.get("url") or not file.get("filename"):
                 continue
             filename = str(file["filename"])
             if not filename.endswith(".whl"):
                 out.append(_Entry(filename, ""))
                 continue
-            url = str(file["url"])
-            if not url.startswith(("https://", "http://")):
-                url = urljoin(base, url)
             hashes = file.get("hashes") or {}
             meta = file.get("core-metadata", file.get("data-dist-info-metadata"))
             size = file.get("size")
             out.append(
                 _Entry(
                     filename=filename,
-                    url=url.split("#", 1)[0],
+                    url=absolute_url(base, str(file["url"])),
                     index=index,
                     sha256=hashes.get("sha256") if isinstance(hashes, dict) else None,
                     size=size if isinstance(size, int) and not isinstance(size, bool) else None,

@@ -27,11 +27,11 @@ from typing import IO, Any
 import attrs
 
 from kvenv._util.elf import Dynamic, ElfError, ReadAt, read_dynamic
-from kvenv._util.redact import redact_url
 from kvenv.errors import FetchError, IntegrityError
 from kvenv.lock.cache import IndexCache
 from kvenv.lock.finder import Finder, WheelFile
-from kvenv.lock.metadata import RangeFile
+from kvenv.lock.metadata import RangeFile, remote_tail
+from kvenv.lock.native import hf_url, previous_native
 from kvenv.lock.pylock import LinkedObject, LockFile
 from kvenv.model.loading import LoadedProfile
 from kvenv.model.profile import HfSource, IndexSource, Native, PathSource, UrlSource
@@ -171,30 +171,11 @@ def remote_linkage(session: Any, url: str, *, origin: str) -> list[LinkedObject]
 
 
 def _remote_archive(session: Any, url: str) -> IO[bytes]:
-    tail_size = 64 * 1024
-    headers = {"Range": f"bytes=-{tail_size}", "Accept-Encoding": "identity"}
-    try:
-        response = session.get(url, headers=headers, follow_redirects=True)
-    except Exception as exc:
-        raise FetchError(f"cannot fetch {redact_url(url)}: {type(exc).__name__}: {exc}") from None
-    if response.status_code == 200:
+    response, total = remote_tail(session, url)
+    if total is None:
         return io.BytesIO(response.content)
-    if response.status_code != 206:
-        raise FetchError(f"{redact_url(url)} answered HTTP {response.status_code}")
-    total = response.headers.get("Content-Range", "").rpartition("/")[2]
-    if not (total.isascii() and total.isdigit()):
-        raise FetchError(f"{redact_url(url)} gave no Content-Range size")
-    remote = RangeFile(session, str(response.url), int(total), response.content)
+    remote = RangeFile(session, str(response.url), total, response.content)
     return io.BufferedReader(remote, buffer_size=_STEP)
-
-
-def _previous(native: Native, previous: LockFile | None) -> list[LinkedObject] | None:
-    if previous is None:
-        return None
-    entry = previous.kvenv.native
-    if (entry.name, entry.version, entry.sha256) != (native.name, native.version, native.sha256):
-        return None
-    return entry.linkage
 
 
 def native_linkage(
@@ -222,7 +203,8 @@ def native_linkage(
     except FetchError:
         found = None
     if found is None:
-        return _previous(native, previous)
+        entry = previous_native(native, previous)
+        return entry.linkage if entry is not None else None
     if cache is not None and remote:
         cache.put_linkage(native.sha256, json.dumps([attrs.asdict(o) for o in found]).encode())
     return found
@@ -270,8 +252,6 @@ def _from_source(
     elif isinstance(source, UrlSource):
         url = source.url
     elif isinstance(source, HfSource):
-        from kvenv.lock.native import hf_url
-
         url = hf_url(source)
     if url is None or offline:
         return None

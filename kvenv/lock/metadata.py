@@ -234,27 +234,34 @@ class MetadataFetcher:
         return _metadata_of_bytes(response.content, wheel.name, wheel.filename)
 
 
-def range_metadata(session: Any, url: str, name: str, *, origin: str) -> bytes:
-    """The METADATA of a remote wheel, read with HTTP range requests (the whole file when the
-    server ignores ranges)."""
-    tail_size = 64 * 1024
-    headers = {"Range": f"bytes=-{tail_size}", "Accept-Encoding": "identity"}
+def remote_tail(session: Any, url: str) -> tuple[Any, int | None]:
+    """A GET of the last 64 KiB of the remote file at ``url``: the response and the file's
+    size (None when the server ignored the range and sent the whole file)."""
+    headers = {"Range": f"bytes=-{64 * 1024}", "Accept-Encoding": "identity"}
     try:
         response = session.get(url, headers=headers, follow_redirects=True)
     except Exception as exc:
         raise FetchError(f"cannot fetch {redact_url(url)}: {type(exc).__name__}: {exc}") from None
     if response.status_code == 200:
-        return _metadata_of_bytes(response.content, name, origin)
+        return response, None
     if response.status_code != 206:
         raise FetchError(f"{redact_url(url)} answered HTTP {response.status_code}")
     total = response.headers.get("Content-Range", "").rpartition("/")[2]
     if not (total.isascii() and total.isdigit()):
         raise FetchError(f"{redact_url(url)} gave no Content-Range size")
-    found = metadata_from_tail(response.content, int(total), name)
+    return response, int(total)
+
+
+def range_metadata(session: Any, url: str, name: str, *, origin: str) -> bytes:
+    """The METADATA of a remote wheel, read with HTTP range requests (the whole file when the
+    server ignores ranges)."""
+    response, total = remote_tail(session, url)
+    if total is None:
+        return _metadata_of_bytes(response.content, name, origin)
+    found = metadata_from_tail(response.content, total, name)
     if found is not None:  # the usual case: the central directory and METADATA in the tail
         return found
-    final_url = str(response.url)
-    remote = RangeFile(session, final_url, int(total), response.content)
+    remote = RangeFile(session, str(response.url), total, response.content)
     with zipfile.ZipFile(io.BufferedReader(remote, buffer_size=64 * 1024)) as archive:
         return metadata_from_zip(archive, name, origin=origin)
 

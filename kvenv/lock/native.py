@@ -26,7 +26,7 @@ from kvenv.lock.metadata import (
     range_metadata,
     read_wheel_metadata,
 )
-from kvenv.lock.pylock import LinkedObject, LockFile
+from kvenv.lock.pylock import LinkedObject, LockFile, NativeEntry
 from kvenv.lock.reqfile import read_requirements
 from kvenv.model.loading import LoadedProfile
 from kvenv.model.profile import HfSource, IndexSource, Native, PathSource, UrlSource
@@ -45,11 +45,14 @@ class NativeRequires:
     overlay_provides: tuple[str, ...] = ()  # which of its libraries the overlay ships
 
 
-def _same_native(native: Native, previous: LockFile | None) -> bool:
+def previous_native(native: Native, previous: LockFile | None) -> NativeEntry | None:
+    """What the previous lock recorded of ``native``, when it recorded the same wheel (name,
+    version, sha256); else None."""
     if previous is None:
-        return False
+        return None
     entry = previous.kvenv.native
-    return (entry.name, entry.version, entry.sha256) == (native.name, native.version, native.sha256)
+    same = (entry.name, entry.version, entry.sha256) == (native.name, native.version, native.sha256)
+    return entry if same else None
 
 
 def native_requires(
@@ -76,9 +79,8 @@ def native_requires(
         if isinstance(exc, IntegrityError):
             raise
         failure = exc
-    if _same_native(native, previous):
-        assert previous is not None
-        entry = previous.kvenv.native
+    entry = previous_native(native, previous)
+    if entry is not None:
         return NativeRequires(tuple(entry.requires), entry.requires_from)
     raise FetchError(
         f"cannot read the requirements of the native wheel {native.name} {native.version}: "

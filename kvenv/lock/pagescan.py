@@ -16,10 +16,46 @@ import json
 import re
 from collections.abc import Callable
 from typing import Any
+from urllib.parse import urljoin
+
+from kvenv._util import jsonio
+from kvenv._util.redact import redact_url
+from kvenv.errors import FetchError
 
 _FILENAME = re.compile(r'"filename"\s*:\s*"([^"\\]*)"')
 _DECODER = json.JSONDecoder()
 _BACKTRACK = 8  # nested objects a file may open before its "filename" key
+
+
+def page_files(
+    content: bytes, base: str, keep: Callable[[str], bool], *, scan: bool = True
+) -> tuple[list[str] | None, list[Any]]:
+    """The files of the PEP 691 JSON page ``content`` (from ``base``): every file name and the
+    file objects ``keep`` accepts when :func:`scan_files` (with ``scan``) vouches for the page,
+    else None and every file object of the page parsed whole."""
+    scanned = None
+    if scan:
+        try:
+            text = content.decode("utf-8")
+        except UnicodeDecodeError:
+            text = None
+        if text is not None:
+            scanned = scan_files(text, keep)
+    if scanned is not None:
+        return scanned
+    try:
+        data = jsonio.loads_json(content, file=redact_url(base))
+    except ValueError:  # malformed, or nested too deeply (kvenv._util.nesting)
+        raise FetchError(f"invalid JSON index page: {redact_url(base)}") from None
+    files = data.get("files") if isinstance(data, dict) else None
+    return None, files if isinstance(files, list) else []
+
+
+def absolute_url(base: str, url: str) -> str:
+    """A file's URL on the page at ``base``: made absolute, without its fragment."""
+    if not url.startswith(("https://", "http://")):
+        url = urljoin(base, url)
+    return url.split("#", 1)[0]
 
 
 def scan_files(

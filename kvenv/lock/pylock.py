@@ -140,19 +140,13 @@ class LockFile:
     data: Mapping[str, Any]
 
 
-def _kebab(data: Any) -> Any:
+def _rekey(data: Any, old: str, new: str) -> Any:
+    """``data`` with ``old`` replaced by ``new`` in every table key, at every depth (``_`` and
+    ``-``: the attrs field names and the TOML keys)."""
     if isinstance(data, dict):
-        return {k.replace("_", "-"): _kebab(v) for k, v in data.items()}
+        return {k.replace(old, new): _rekey(v, old, new) for k, v in data.items()}
     if isinstance(data, list):
-        return [_kebab(v) for v in data]
-    return data
-
-
-def _snake(data: Any) -> Any:
-    if isinstance(data, dict):
-        return {k.replace("-", "_"): _snake(v) for k, v in data.items()}
-    if isinstance(data, list):
-        return [_snake(v) for v in data]
+        return [_rekey(v, old, new) for v in data]
     return data
 
 
@@ -192,7 +186,7 @@ def build_lock(
 
 
 def _table_dict(table: KvenvTable) -> dict[str, Any]:
-    data: dict[str, Any] = _kebab(convert.unstructure(table))
+    data: dict[str, Any] = _rekey(convert.unstructure(table), "_", "-")
     for key in ("requires", "constraints", "portable", "assumptions", "shadows", "waivers"):
         if not data.get(key):
             data.pop(key, None)
@@ -371,7 +365,7 @@ def _path_escape(path: str) -> str | None:
 
 def _structure(raw: Mapping[str, Any], cls: type[Any], file: str, prefix: str) -> Any:
     try:
-        return convert.structure(_snake(dict(raw)), cls, file=file, what="lock table")
+        return convert.structure(_rekey(dict(raw), "-", "_"), cls, file=file, what="lock table")
     except InputError as exc:
         problems = [
             p.replace(path=prefix + (_unsnake_path(p.path) or "$")[1:]) for p in exc.problems

@@ -272,9 +272,7 @@ def problems_from(exc: Exception, *, file: str | None) -> list[Problem]:
         message, _, path = line.rpartition(" @ ")
         if not message:
             message, path = path, "$"
-        if message.startswith("unknown key(s)"):
-            # cattrs reports extra keys on the table that holds them
-            pass
+        # (cattrs reports unknown keys at the path of the table that holds them)
         out.append(Problem(message, file=file, path=path, fix=_fix_for(message)))
     return out
 

@@ -539,7 +539,9 @@ def _check_filename(name: str, version: str, filename: str, file: str | None) ->
     names the same distribution and version as ``native``."""
     from packaging.version import InvalidVersion, Version
 
-    path = "$.native.source.filename"
+    def problem(message: str, fix: str) -> Problem:
+        return Problem(message, file=file, path="$.native.source.filename", fix=fix)
+
     parts = filename[: -len(".whl")].split("-")
     wheel_version: Version | None = None
     if len(parts) in (5, 6) and all(parts):
@@ -549,31 +551,24 @@ def _check_filename(name: str, version: str, filename: str, file: str | None) ->
             wheel_version = None
     if wheel_version is None:
         return [
-            Problem(
+            problem(
                 f"{filename!r} is not a valid wheel file name",
-                file=file,
-                path=path,
-                fix="use NAME-VERSION-PYTHON-ABI-PLATFORM.whl, as the wheel was built",
+                "use NAME-VERSION-PYTHON-ABI-PLATFORM.whl, as the wheel was built",
             )
         ]
     problems = []
     wheel_name = canonicalize_name(parts[0])
     if wheel_name != canonicalize_name(name):
         problems.append(
-            Problem(
-                f"the wheel is for {wheel_name!r}, not {name!r}",
-                file=file,
-                path=path,
-                fix="make native.name match the wheel",
+            problem(
+                f"the wheel is for {wheel_name!r}, not {name!r}", "make native.name match the wheel"
             )
         )
     if wheel_version != Version(version):
         problems.append(
-            Problem(
+            problem(
                 f"the wheel's version {wheel_version} differs from native.version {version}",
-                file=file,
-                path=path,
-                fix="make native.version match the wheel",
+                "make native.version match the wheel",
             )
         )
     return problems

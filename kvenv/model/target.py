@@ -75,10 +75,7 @@ class TargetEnv:
         """The target environment of a profile's ``[target]`` table."""
         parts = target.python.split(".")
         full = target.python if len(parts) == 3 else f"{target.python}.0"
-        if target.platforms:
-            platforms = tuple(str(p) for p in target.platforms)
-        else:
-            platforms = tuple(str(p) for p in _default_platforms(target, file))
+        platforms = tuple(str(p) for p in target.platforms or _default_platforms(target, file))
         return cls(
             python_full_version=full,
             implementation=target.implementation,
@@ -145,13 +142,11 @@ class TargetEnv:
             pure = compatible_tags(version, None, ["any"])
             return tuple(dict.fromkeys(t for t in pure if t.abi == "none"))
         if self.implementation == "cpython":
+            interpreter = f"cp{version[0]}{version[1]}"
             tags = list(cpython_tags(version, [self.abi], self.platforms))
         else:
             interpreter = f"{_IMPL_SHORT.get(self.implementation, 'py')}{version[0]}{version[1]}"
             tags = list(generic_tags(interpreter, [self.abi], self.platforms))
-            tags.extend(compatible_tags(version, interpreter, self.platforms))
-            return tuple(dict.fromkeys(tags))
-        interpreter = f"cp{version[0]}{version[1]}"
         tags.extend(compatible_tags(version, interpreter, self.platforms))
         return tuple(dict.fromkeys(tags))
 

@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 
 import kvenv.lock.finder as finder_module
+import kvenv.lock.pagescan as pagescan_module
 from kvenv.lock.cache import CachedPage, IndexCache
 from kvenv.lock.engine import LockOptions, lock_profile
 from kvenv.lock.metadata import DistMetadata
@@ -136,7 +137,7 @@ def test_the_lock_is_the_same_with_and_without_the_speedups(
         warm = lock_profile(loaded, _online(url, tmp_path / "c1")).text  # parsed pages
         with monkeypatch.context() as m:
             m.setattr(IndexUniverse, "follow", lambda self, wanted_by: None)
-            m.setattr(finder_module, "scan_files", lambda text, keep: None)
+            m.setattr(pagescan_module, "scan_files", lambda text, keep: None)
             m.setattr(IndexCache, "get_parsed", lambda self, url, key, sha256: None)
             plain = lock_profile(loaded, _online(url, tmp_path / "c2")).text
     assert fast == warm == plain
