@@ -62,10 +62,9 @@ from kvenv.env.root import (
     read_pointer,
     remove_generations,
     remove_stray_temps,
-    switch,
     take_ownership,
 )
-from kvenv.env.rootfiles import unclaim_root
+from kvenv.env.rootfiles import unclaim_root, write_pointer
 from kvenv.errors import ConflictError, InputError, IntegrityError, Problem
 from kvenv.lock.input import LockInput, file_digest, has_lock
 from kvenv.model.fields import Sha256
@@ -618,13 +617,10 @@ class _Run:
             self.bytecode = {}
             entries = self._unpacked()  # first: a failed pipeline is closed, its compiler too
             tag = self._tag() if self.options.compile else None
-            if self.compiler is not None:
-                try:
+            try:
+                if self.compiler is not None:
                     self.bytecode = self.compiler.results(entries)
-                except InstallError as exc:
-                    self.notices.append(f"{exc.message}; the generation has no bytecode")
-            elif self.options.compile and tag is not None:
-                try:
+                elif tag is not None:
                     self.bytecode = compile_entries(
                         self.locations.store,
                         entries,
@@ -634,8 +630,8 @@ class _Run:
                         full_check=self.options.repair,
                         on_damaged=self.warnings.append,
                     )
-                except InstallError as exc:
-                    self.notices.append(f"{exc.message}; the generation has no bytecode")
+            except InstallError as exc:
+                self.notices.append(f"{exc.message}; the generation has no bytecode")
         return self.bytecode
 
     def _unpack_all(self) -> dict[str, StoreEntry]:
@@ -711,26 +707,17 @@ class _Run:
         bytecode = self._compiled()
         layout = self._layout(role)
         chosen = [entries[a.sha256] for a in self.artifacts(role)]
-        if role == "native":
-            return link_layer(
-                chosen,
-                layout,
-                python=self.interpreter,
-                protected=self.protected,
-                layer="native",
-                jobs=self.options.jobs,
-                progress=self.options.progress,
-                bytecode=bytecode,
-            )
+        overlay = role == "overlay"  # the profile's waivers and allowed .pth apply to it alone
         return link_layer(
             chosen,
             layout,
             python=self.interpreter,
             protected=self.protected,
-            record_waivers=self.waivers,
+            record_waivers=self.waivers if overlay else (),
+            layer=role,
             jobs=self.options.jobs,
-            allow_pth=[w.name for w in self.loaded.profile.overlay.allow_pth],
             progress=self.options.progress,
+            allow_pth=[w.name for w in self.loaded.profile.overlay.allow_pth] if overlay else (),
             bytecode=bytecode,
         )
 
@@ -747,7 +734,8 @@ class _Run:
 
     def switch(self) -> None:
         assert self.generation is not None
-        switch(self.locations, self.generation, self.pointer.generation if self.pointer else None)
+        previous = self.pointer.generation if self.pointer else None
+        write_pointer(self.locations.root, self.generation, previous)
         self.switched = True
 
     def write_shims(self) -> None:

@@ -2,7 +2,7 @@
 current one holds (``kvenv list``), switching back to one (``kvenv rollback``), and how many
 an apply keeps (:func:`retained`, :func:`keep_count`).
 
-A rollback is one :func:`kvenv.env.root.switch` of the pointer, under the root lock, to a kept
+A rollback is one :func:`kvenv.env.rootfiles.write_pointer`, under the root lock, to a kept
 generation that still verifies (every file against its RECORD, the sealed store entries and
 cached wheels behind it): a generation that does not is refused, and nothing changes.
 """
@@ -23,8 +23,8 @@ from kvenv.env.root import (
     list_generations,
     manifest_path,
     read_pointer,
-    switch,
 )
+from kvenv.env.rootfiles import write_pointer
 from kvenv.errors import CheckFailed, InputError, KvenvError, Problem
 from kvenv.model.locations import Locations
 
@@ -232,6 +232,6 @@ def rollback(
                 problems=[Problem(d.message) for d in drifts[:50]],
                 hint="roll back to another kept generation, or build a fresh one: `{kvenv apply}`",
             )
-        switch(locations, target, current)
+        write_pointer(root, target, current)
         write_shims(locations, manifest)
     return RollbackResult(str(root), target, current, str(path))

@@ -119,15 +119,24 @@ def link_checked(by_dir: Mapping[str, list[tuple[str, str, FileSeal]]], *, jobs:
     return found[0] if found else None
 
 
-def make_dir(directory: str) -> None:
-    """``os.makedirs(directory, exist_ok=True)`` in one system call when the parent exists
-    (directories are linked in sorted order, so it usually does): a warm apply makes one per
-    directory of every wheel."""
+def new_dir(directory: str) -> bool:
+    """``os.mkdir(directory)``; False when it exists already as a directory (another thread
+    may have made it first)."""
     try:
         os.mkdir(directory)
     except FileExistsError:
         if not os.path.isdir(directory):
             raise
+        return False
+    return True
+
+
+def make_dir(directory: str) -> None:
+    """``os.makedirs(directory, exist_ok=True)`` in one system call when the parent exists
+    (directories are linked in sorted order, so it usually does): a warm apply makes one per
+    directory of every wheel."""
+    try:
+        new_dir(directory)
     except FileNotFoundError:
         os.makedirs(directory, exist_ok=True)
 

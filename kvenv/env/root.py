@@ -35,7 +35,7 @@ from kvenv._util import jsonio, memo
 from kvenv.env.manifest import MANIFEST_NAME, Manifest, Pointer, path_inside, read_manifest
 from kvenv.env.rootfiles import GENERATIONS as GENERATIONS
 from kvenv.env.rootfiles import POINTER_NAME as POINTER_NAME
-from kvenv.env.rootfiles import PathLock, file_sha256, write_marker, write_pointer
+from kvenv.env.rootfiles import PathLock, file_sha256, write_marker
 from kvenv.env.rootfiles import new_generation_id as new_generation_id
 from kvenv.env.rootfiles import now as now
 from kvenv.env.shellrender import SHIMS
@@ -354,12 +354,6 @@ def read_pointer(root: Path) -> Pointer | None:
             problems=[Problem("not a generation id", file=str(path), path="$.generation")],
         )
     return pointer
-
-
-def switch(locations: Locations, generation: str, previous: str | None) -> None:
-    """The one atomic state change: replace ``current.json``, recording the sha256 of the
-    generation's manifest (written, durably, before the switch)."""
-    write_pointer(locations.root, generation, previous)
 
 
 def checked_manifest_path(root: Path, pointer: Pointer) -> Path:

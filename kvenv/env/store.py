@@ -50,6 +50,7 @@ from kvenv._util import jsonio, memo
 from kvenv._util.identity import of_stat
 from kvenv._util.importnames import fold, import_name_of, protected_import_names
 from kvenv._util.progress import Progress
+from kvenv._util.threads import thread_map
 from kvenv.env.linking import group_links, link_many, with_shebang
 from kvenv.env.manifest import FileConflict, Layer
 from kvenv.env.seal import record_problems, remove_sealed, reseal, seal, seal_problem
@@ -222,12 +223,7 @@ def unpack_all(
 
     # A warm apply checks every entry's seal (a stat per file): by ``jobs`` threads, as the
     # system calls release the GIL; the results are taken in the wheels' order.
-    checkers = max(1, min(_cpu_jobs(jobs), len(wheels)))
-    if checkers > 1:
-        with ThreadPoolExecutor(checkers, thread_name_prefix="kvenv-seal") as pool:
-            reused = list(pool.map(reusable, wheels))
-    else:
-        reused = [reusable(sha) for sha in wheels]
+    reused = thread_map(reusable, list(wheels), _cpu_jobs(jobs), "kvenv-seal")
     for (sha, path), found in zip(wheels.items(), reused, strict=True):
         if found is None:
             todo[sha] = path

@@ -47,6 +47,7 @@ from packaging.utils import InvalidWheelFilename, canonicalize_name, parse_wheel
 
 from kvenv._util.importnames import fold, import_name_of, protected_import_names
 from kvenv._util.progress import Progress
+from kvenv.env.linking import new_dir
 from kvenv.env.manifest import ExecutablePth, RecordMismatch
 from kvenv.errors import InstallError, IntegrityError
 
@@ -525,20 +526,11 @@ class _Writer:
         """``directory`` and any missing parents, one ``mkdir`` each; the ones made here are
         remembered (another thread may make the same one first: then it is not ours)."""
         try:
-            os.mkdir(directory)
-        except FileExistsError:
-            if not os.path.isdir(directory):
-                raise
+            made = new_dir(directory)
         except FileNotFoundError:
             self._make_dirs(os.path.dirname(directory))
-            try:
-                os.mkdir(directory)
-            except FileExistsError:
-                if not os.path.isdir(directory):
-                    raise
-            else:
-                self.created_dirs.append(directory)
-        else:
+            made = new_dir(directory)
+        if made:
             self.created_dirs.append(directory)
         self.known_dirs.add(directory)
 
@@ -726,26 +718,11 @@ def _write_members(
     jobs: int,
     progress: Callable[[int], None] | None = None,
 ) -> list[_Row]:
-    total = sum(info.file_size for info in members)
-    if jobs <= 1 or total < SPLIT_BYTES:
-        rows = []
-        for info in members:
-            rows.append(_install_member(job, info))
-            if progress is not None:
-                progress(info.file_size)
-        return rows
-    groups: list[list[zipfile.ZipInfo]] = [[] for _ in range(jobs)]
-    loads = [0] * jobs
-    for info in sorted(members, key=lambda i: -i.file_size):
-        index = loads.index(min(loads))
-        groups[index].append(info)
-        loads[index] += info.file_size + 4096
-
     def run(group: list[zipfile.ZipInfo]) -> list[_Row]:
         out = []
         for info in group:
             if job.writer.failed:
-                break
+                break  # another thread failed: the install is rolled back
             try:
                 out.append(_install_member(job, info))
             except BaseException:
@@ -754,6 +731,16 @@ def _write_members(
             if progress is not None:
                 progress(info.file_size)
         return out
+
+    total = sum(info.file_size for info in members)
+    if jobs <= 1 or total < SPLIT_BYTES:
+        return run(members)
+    groups: list[list[zipfile.ZipInfo]] = [[] for _ in range(jobs)]
+    loads = [0] * jobs
+    for info in sorted(members, key=lambda i: -i.file_size):
+        index = loads.index(min(loads))
+        groups[index].append(info)
+        loads[index] += info.file_size + 4096
 
     from concurrent.futures import ThreadPoolExecutor
 

@@ -25,12 +25,11 @@ import attrs
 from packaging.markers import Marker
 from packaging.requirements import InvalidRequirement, Requirement
 from packaging.utils import canonicalize_name
-from packaging.version import InvalidVersion, Version
 
 from kvenv.model.profile import Profile
 from kvenv.model.snapshot import Distribution, HostSnapshot
 from kvenv.probe.checks import Finding, Status, check_host
-from kvenv.probe.drift import DriftContext, drift_findings
+from kvenv.probe.drift import DriftContext, drift_findings, parse_version
 
 REPORT_SCHEMA = 1
 STATUSES: tuple[Status, ...] = ("pass", "warning", "error", "untested")
@@ -114,15 +113,6 @@ class DoctorReport:
         }
 
 
-def _parse(version: str | None) -> Version | None:
-    if version is None:
-        return None
-    try:
-        return Version(version)
-    except InvalidVersion:
-        return None
-
-
 def _malformed(dist: Distribution) -> bool:
     return dist.version is None and bool(dist.note and dist.note.startswith("malformed"))
 
@@ -137,45 +127,30 @@ def check_installed(
     out: list[DependencyFinding] = []
     for name, version, layer in expected:
         have = installed.get(canonicalize_name(name))
-        common = {"source": layer, "expected_version": version}
+        status: Status = "error"
+        fix: str | None = "rebuild it: `{kvenv apply --repair}`"
         if have is None:
-            out.append(
-                DependencyFinding(
-                    name,
-                    "error",
-                    f"{name} {version} is missing from the {layer} directory",
-                    fix="rebuild it: `{kvenv apply --repair}` (`{kvenv verify}` lists every "
-                    "damaged file)",
-                    **common,
-                )
-            )
+            message = f"{name} {version} is missing from the {layer} directory"
+            fix = "rebuild it: `{kvenv apply --repair}` (`{kvenv verify}` lists every damaged file)"
         elif _malformed(have) or have.version is None:
-            out.append(
-                DependencyFinding(
-                    name,
-                    "error",
-                    f"{name} has malformed version metadata ({have.note})",
-                    fix="rebuild it: `{kvenv apply --repair}`",
-                    **common,
-                )
-            )
-        elif _parse(have.version) != _parse(version):
-            out.append(
-                DependencyFinding(
-                    name,
-                    "error" if strict else "warning",
-                    f"{name} {have.version} differs from the applied {version}",
-                    installed_version=have.version,
-                    fix="something changed the overlay; rebuild it: `{kvenv apply --repair}`",
-                    **common,
-                )
-            )
+            message = f"{name} has malformed version metadata ({have.note})"
+        elif parse_version(have.version) != parse_version(version):
+            status = "error" if strict else "warning"
+            message = f"{name} {have.version} differs from the applied {version}"
+            fix = "something changed the overlay; rebuild it: `{kvenv apply --repair}`"
         else:
-            out.append(
-                DependencyFinding(
-                    name, "pass", f"{name} {version}", installed_version=have.version, **common
-                )
+            status, message, fix = "pass", f"{name} {version}", None
+        out.append(
+            DependencyFinding(
+                name,
+                status,
+                message,
+                layer,
+                installed_version=have.version if have is not None else None,
+                expected_version=version,
+                fix=fix,
             )
+        )
     return out
 
 
@@ -233,55 +208,34 @@ def check_requirements(
             )
             continue
         dist, where = found
-        source = f"native requirement ({where})"
-        parsed = _parse(dist.version)
+        parsed = parse_version(dist.version)
+        status: Status = "error"
+        fix = None
         if parsed is None and _malformed(dist):
-            out.append(
-                DependencyFinding(
-                    req.name,
-                    "error",
-                    f"{req.name} has {dist.note}",
-                    source,
-                    specifier=spec,
-                    fix=f"reinstall {req.name}",
-                )
-            )
+            message, fix = f"{req.name} has {dist.note}", f"reinstall {req.name}"
         elif parsed is None:
-            out.append(
-                DependencyFinding(
-                    req.name,
-                    "untested",
-                    f"{req.name} is on the {where} with an unrecorded version",
-                    source,
-                    specifier=spec,
-                    fix="check it on the host: `kvenv doctor` without --host",
-                )
-            )
+            status = "untested"
+            message = f"{req.name} is on the {where} with an unrecorded version"
+            fix = "check it on the host: `kvenv doctor` without --host"
         elif req.specifier.contains(parsed, prereleases=True):
             if key in hushed:
                 continue
-            out.append(
-                DependencyFinding(
-                    req.name,
-                    "pass",
-                    f"{req.name} {dist.version} satisfies {spec or 'any version'}",
-                    source,
-                    installed_version=dist.version,
-                    specifier=spec,
-                )
-            )
+            status = "pass"
+            message = f"{req.name} {dist.version} satisfies {spec or 'any version'}"
         else:
-            out.append(
-                DependencyFinding(
-                    req.name,
-                    "error",
-                    f"{req.name} {dist.version} does not satisfy {spec}",
-                    source,
-                    installed_version=dist.version,
-                    specifier=spec,
-                    fix="re-lock (`{kvenv lock}`) and re-apply",
-                )
+            message = f"{req.name} {dist.version} does not satisfy {spec}"
+            fix = "re-lock (`{kvenv lock}`) and re-apply"
+        out.append(
+            DependencyFinding(
+                req.name,
+                status,
+                message,
+                f"native requirement ({where})",
+                installed_version=None if parsed is None else dist.version,
+                specifier=spec,
+                fix=fix,
             )
+        )
     return out
 
 

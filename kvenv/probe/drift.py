@@ -119,7 +119,8 @@ class DriftContext:
         )
 
 
-def _ver(text: str | None) -> Version | None:
+def parse_version(text: str | None) -> Version | None:
+    """``text`` as a version; None when it is missing or not one."""
     if text is None:
         return None
     try:
@@ -193,7 +194,7 @@ def host_changes(recorded: HostSnapshot, live: HostSnapshot) -> list[Change]:
         elif after is None and before is not None:
             out.append(Change("package", key, before.version or "version unknown", None))
         elif before is not None and after is not None:
-            v1, v2 = _ver(before.version), _ver(after.version)
+            v1, v2 = parse_version(before.version), parse_version(after.version)
             if v1 is not None and v2 is not None and v1 != v2:
                 out.append(Change("package", key, before.version, after.version))
     return out
@@ -338,7 +339,7 @@ def _torch(by_kind: dict[str, Change], ctx: DriftContext) -> list[Finding]:
 
 
 def _admits(reliance: Reliance, version: str) -> bool:
-    parsed = _ver(version)
+    parsed = parse_version(version)
     return parsed is not None and reliance.specifier.contains(parsed, prereleases=True)
 
 
@@ -407,7 +408,7 @@ def _packages(changes: Sequence[Change], live: HostSnapshot, ctx: DriftContext) 
             was = f"was {change.recorded}"
             gone.append((f"{name} ({was})", f"{name} ({was}; needed: {needs})"))
             continue
-        version = _ver(dist.version)
+        version = parse_version(dist.version)
         if version is None:
             if change is not None:
                 out.append(

@@ -147,20 +147,15 @@ def watched(effects: Any, reads: list[Read]) -> Any:
             reads.append(memo.dep("stat" if path.endswith(_RECORD) else "bytes", path))
         return effects.read_text(path)  # type: ignore[no-any-return]
 
-    def exists(path: str) -> bool:
-        answer = bool(effects.exists(path))
-        reads.append(["exists", path, answer])
-        return answer
+    def answered(kind: str, ask: Any) -> Any:
+        """``ask`` (one argument) with its argument and answer recorded as a read ``kind``."""
 
-    def is_dir(path: str) -> bool:
-        answer = bool(effects.is_dir(path))
-        reads.append(["isdir", path, answer])
-        return answer
+        def read(argument: str) -> Any:
+            answer = ask(argument)
+            reads.append([kind, argument, answer])
+            return answer
 
-    def which(name: str) -> str | None:
-        answer = effects.which(name)
-        reads.append(["which", name, answer])
-        return answer  # type: ignore[no-any-return]
+        return read
 
     def run(argv: Any, timeout: float) -> Any:
         argv = [str(a) for a in argv]
@@ -190,9 +185,9 @@ def watched(effects: Any, reads: list[Read]) -> Any:
     return Effects(
         environ=_WatchedEnviron(effects.environ, reads),
         read_text=read_text,
-        exists=exists,
-        is_dir=is_dir,
-        which=which,
+        exists=answered("exists", lambda path: bool(effects.exists(path))),
+        is_dir=answered("isdir", lambda path: bool(effects.is_dir(path))),
+        which=answered("which", effects.which),
         run=run,
         nvml=nvml,
         libc=libc,
