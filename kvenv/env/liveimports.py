@@ -157,7 +157,9 @@ def loaded_clashes(
                 if location is not None and _inside_any(location, own):
                     continue
                 version = loaded_version(module, location, dist.name, name)
-                if version is not None and _same_version(version, dist.version):
+                from kvenv._util.versions import same_version  # packaging: only on a clash
+
+                if version is not None and same_version(version, dist.version):
                     continue
                 clashes.append(
                     LoadedClash(
@@ -174,17 +176,6 @@ def loaded_clashes(
 def _inside_any(location: str, dirs: Iterable[str]) -> bool:
     real = os.path.realpath(location)
     return any(path_inside(location, d) or path_inside(real, os.path.realpath(d)) for d in dirs)
-
-
-def _same_version(a: str, b: str) -> bool:
-    if a == b:
-        return True
-    from packaging.version import InvalidVersion, Version
-
-    try:
-        return Version(a) == Version(b)
-    except InvalidVersion:
-        return False
 
 
 def check_live_imports(manifest: Manifest, *, strict: bool = False) -> list[LoadedClash]:

@@ -22,8 +22,8 @@ from packaging.markers import Environment
 from packaging.pylock import PackageWheel, Pylock, PylockSelectError
 from packaging.tags import Tag
 from packaging.utils import InvalidWheelFilename, canonicalize_name, parse_wheel_filename
-from packaging.version import InvalidVersion, Version
 
+from kvenv._util.versions import same_version
 from kvenv.errors import ConflictError, IntegrityError, LockError, Problem, ProfileError
 from kvenv.lock.pylock import LockFile, is_native_package, parse_lock, read_lock
 from kvenv.model.loading import LoadedProfile
@@ -216,7 +216,7 @@ def check_identity(artifact: Artifact, name: str, version: str, *, seen_in: str)
                 fix=f"set native.name to {name!r}, or pin the wheel you meant",
             )
         )
-    if not _same_version(version, artifact.version):
+    if not same_version(version, artifact.version):
         problems.append(
             Problem(
                 f"the profile declares version {artifact.version}, but {seen_in} is {version}",
@@ -229,13 +229,6 @@ def check_identity(artifact: Artifact, name: str, version: str, *, seen_in: str)
         raise ProfileError(
             "the native wheel is not the one the profile declares", problems=problems
         )
-
-
-def _same_version(a: str, b: str) -> bool:
-    try:
-        return Version(a) == Version(b)
-    except InvalidVersion:
-        return a == b
 
 
 def verify_wheel_identity(artifact: Artifact, path: Path) -> None:

@@ -26,10 +26,11 @@ from packaging.markers import Marker
 from packaging.requirements import InvalidRequirement, Requirement
 from packaging.utils import canonicalize_name
 
+from kvenv._util.versions import parse_version
 from kvenv.model.profile import Profile
 from kvenv.model.snapshot import Distribution, HostSnapshot
 from kvenv.probe.checks import Finding, Status, check_host
-from kvenv.probe.drift import DriftContext, drift_findings, parse_version
+from kvenv.probe.drift import DriftContext, drift_findings
 
 REPORT_SCHEMA = 1
 STATUSES: tuple[Status, ...] = ("pass", "warning", "error", "untested")

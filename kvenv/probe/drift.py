@@ -33,8 +33,8 @@ from packaging.markers import Marker
 from packaging.requirements import InvalidRequirement, Requirement
 from packaging.specifiers import SpecifierSet
 from packaging.utils import canonicalize_name
-from packaging.version import InvalidVersion, Version
 
+from kvenv._util.versions import parse_version
 from kvenv.model.snapshot import HostSnapshot
 from kvenv.probe.checks import Finding
 
@@ -117,16 +117,6 @@ class DriftContext:
             f"re-fingerprint the host (`kvenv fingerprint --save {self.snapshot}` on it) and "
             f"re-lock (`kvenv lock {self.profile}`)"
         )
-
-
-def parse_version(text: str | None) -> Version | None:
-    """``text`` as a version; None when it is missing or not one."""
-    if text is None:
-        return None
-    try:
-        return Version(text)
-    except InvalidVersion:
-        return None
 
 
 def _numbers(text: str | None) -> tuple[int, ...]:

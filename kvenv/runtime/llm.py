@@ -27,6 +27,7 @@ from packaging.version import Version
 import kvenv.runtime.gpus as gpus
 import kvenv.runtime.shardsave as shardsave
 import kvenv.runtime.vllmbuild as vllmbuild
+from kvenv._util.versions import parse_version
 from kvenv.errors import KvenvError, Problem, RuntimeNotReady, ShardError, UsageError
 from kvenv.runtime.shards import (
     PP_AND_TP_PATTERN,
@@ -322,7 +323,7 @@ class LLM:
         self.model = os.fspath(model)
         self.inspection: ShardInspection | None = None
         if engine.get("load_format") == "sharded_state":
-            version = vllmbuild.parse_version(self.vllm_version)
+            version = parse_version(self.vllm_version)
             self.inspection = guard_sharded_load(
                 self.model, tp, pp, engine.get("model_loader_extra_config"), version
             )
@@ -369,7 +370,7 @@ class LLM:
             _positive("max_size", max_size)
         tp = int(self.engine_kwargs.get("tensor_parallel_size", 1))
         pp = int(self.engine_kwargs.get("pipeline_parallel_size", 1))
-        version = vllmbuild.parse_version(self.vllm_version)
+        version = parse_version(self.vllm_version)
         if pp > 1 and (version is None or version < _PP_PATTERN_SINCE):
             raise UsageError(
                 f"vLLM {self.vllm_version} cannot save a pipeline-parallel sharded checkpoint: "

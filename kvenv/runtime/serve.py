@@ -26,6 +26,7 @@ from packaging.version import Version
 import kvenv.runtime.vllmbuild as vllmbuild
 from kvenv._util import jsonio
 from kvenv._util.redact import mask
+from kvenv._util.versions import parse_version
 from kvenv.errors import CheckFailed, KvenvError, Problem, RuntimeNotReady, UsageError
 from kvenv.model.fields import EnvName, check
 from kvenv.runtime.llm import ATTENTION_ENV
@@ -290,7 +291,7 @@ def _check_exposure(config: ServeConfig, env: Mapping[str, str], bad: Any) -> No
 
 def attention_via_env(version: str | None) -> bool:
     """True when the vLLM in use predates ``--attention-backend`` (unknown: assume newer)."""
-    parsed = vllmbuild.parse_version(version)
+    parsed = parse_version(version)
     return parsed is not None and parsed < _ATTENTION_FLAG_SINCE
 
 
@@ -659,7 +660,7 @@ def _guard(config: ServeConfig) -> None:
         config.tensor_parallel_size or 1,
         config.pipeline_parallel_size or 1,
         loader,
-        vllmbuild.parse_version(config.vllm_version),
+        parse_version(config.vllm_version),
     )
 
 

@@ -18,7 +18,8 @@ from types import ModuleType
 
 import attrs
 from packaging.utils import canonicalize_name
-from packaging.version import InvalidVersion, Version
+
+from kvenv._util.versions import parse_version
 
 IMPORT_NAME = "vllm"
 # Distributions known to ship the CPU backend whatever their version says.
@@ -63,16 +64,6 @@ class VllmBuild:
         name = self.distribution or "vllm (no distribution metadata)"
         where = f", platform {self.platform}" if self.platform else ""
         return f"{name} {self.version or '?'}{where}"
-
-
-def parse_version(text: str | None) -> Version | None:
-    """``text`` as a version; None when it is empty or not one (vLLM's, say ``unknown``)."""
-    if not text:
-        return None
-    try:
-        return Version(text)
-    except InvalidVersion:
-        return None
 
 
 def _local(version: str | None) -> str:
