@@ -1,7 +1,7 @@
 """Where a cold ``kvenv apply`` from the index spends its time, phase by phase (issue 25).
 
     KVENV_PY benchmarks/apply_phases.py PROFILE [--rounds 3] [--jobs 8] [--no-compile]
-        [--out PATH.json]
+        [--host-python PY] [--out PATH.json]
 
 Run with the interpreter of the kvenv install to measure (the apply runs in this process,
 ``kvenv.cli.main``). PROFILE is a project's profile whose portable lock exists (e.g. the one
@@ -71,7 +71,9 @@ def _instrument(events: list[Event], start: list[float]) -> None:
     wrap(pages_mod.Pages, "get", "page")
     wrap(locate_mod.Locator, "locate", "locate")
     wrap(http_mod, "download", "download")
-    wrap(store_mod, "unpack", "unpack")
+    # a wheel's unpack, in its thread or in the thread's worker process (the worker's CPU is
+    # the children's, counted once the workers have exited)
+    wrap(store_mod, "_unpack_in" if hasattr(store_mod, "_unpack_in") else "unpack", "unpack")
     wrap(bytecode_mod.Compiler, "_compile", "bytecode")
     wrap(apply_mod._Run, "install_overlay", "link")
     wrap(apply_mod._Run, "write_manifest", "manifest")
@@ -147,12 +149,13 @@ def main() -> int:
     parser.add_argument("--jobs", type=int, default=8)
     parser.add_argument("--no-compile", action="store_true", help="apply --no-compile")
     parser.add_argument("--tmp", type=Path)
+    parser.add_argument("--host-python", type=Path, help="the host (default: this interpreter)")
     parser.add_argument("--out", type=Path, default=REPO / "benchmarks/results/apply-phases.json")
     args = parser.parse_args()
     for name in list(os.environ):
         if name.startswith(("PIP_", "UV_", "KVENV_")) or name == "VIRTUAL_ENV":
             del os.environ[name]
-    os.environ["KVENV_PYTHON"] = sys.executable
+    os.environ["KVENV_PYTHON"] = str(args.host_python or sys.executable)
     events: list[Event] = []
     start = [0.0]
     _instrument(events, start)

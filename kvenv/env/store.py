@@ -60,6 +60,7 @@ from kvenv.model import convert
 
 if TYPE_CHECKING:
     from kvenv.env.bytecode import Bytecode
+    from kvenv.env.unpackworker import Workers
 
 MARKER = ".kvenv-store.json"
 # 2: the marker records the RECORD lies a waiver accepted (``record_waived``); an entry of
@@ -231,23 +232,82 @@ def unpack_all(
             out[sha] = found
     if todo:
         workers = max(1, min(_cpu_jobs(jobs), len(todo)))
-        with ThreadPoolExecutor(workers, thread_name_prefix="kvenv-unpack") as pool:
-            futures = {
-                sha: pool.submit(
-                    unpack,
-                    store,
-                    sha,
-                    path,
-                    protected=protected,
-                    record_waivers=waivers,
-                    jobs=workers,
-                    progress=progress,
-                )
-                for sha, path in sorted(todo.items(), key=lambda kv: -_size(kv[1]))
-            }
-            for sha, future in futures.items():
-                out[sha] = future.result()
+        processes = _processes(workers)
+        try:
+            with ThreadPoolExecutor(workers, thread_name_prefix="kvenv-unpack") as pool:
+                futures = {
+                    sha: pool.submit(
+                        _unpack_in,
+                        processes,
+                        store,
+                        sha,
+                        path,
+                        protected=protected,
+                        record_waivers=waivers,
+                        jobs=workers,
+                        progress=progress,
+                    )
+                    for sha, path in sorted(todo.items(), key=lambda kv: -_size(kv[1]))
+                }
+                for sha, future in futures.items():
+                    out[sha] = future.result()
+        finally:
+            if processes is not None:
+                processes.close()
     return {sha: out[sha] for sha in wheels}
+
+
+def _processes(workers: int) -> Workers | None:
+    """Worker processes for the unpacking threads, where a second CPU is there to use them
+    (:mod:`kvenv.env.unpackworker`); None: every wheel unpacks in its thread."""
+    from kvenv.env import unpackworker
+
+    return unpackworker.Workers() if workers > 1 and unpackworker.available() else None
+
+
+def _unpack_in(
+    processes: Workers | None,
+    store: Path,
+    sha256: str,
+    wheel: Path,
+    *,
+    protected: Iterable[str],
+    record_waivers: Iterable[str],
+    jobs: int,
+    progress: Progress | None,
+) -> StoreEntry:
+    """:func:`unpack`, in this thread's worker process when there are workers and the wheel
+    is large enough to be worth one."""
+    from kvenv.env.unpackworker import WORKER_MIN_BYTES
+
+    if (
+        processes is not None
+        and _size(wheel) >= WORKER_MIN_BYTES
+        and lookup(store, sha256) is None
+        and processes.unpack(
+            store,
+            sha256,
+            wheel,
+            protected=protected,
+            record_waivers=record_waivers,
+            jobs=jobs,
+            progress=progress,
+        )
+    ):
+        entry = lookup(store, sha256)
+        if entry is None:
+            where = entry_dir(store, sha256)
+            raise InstallError(f"store entry for {wheel.name} is unreadable: {where}")
+        return entry
+    return unpack(
+        store,
+        sha256,
+        wheel,
+        protected=protected,
+        record_waivers=record_waivers,
+        jobs=jobs,
+        progress=progress,
+    )
 
 
 class Unpacker:
@@ -282,6 +342,7 @@ class Unpacker:
         self.then = then
         self._lock = threading.Lock()
         self._pool = ThreadPoolExecutor(self.workers, thread_name_prefix="kvenv-unpack")
+        self._processes = _processes(self.workers)
         self._futures: dict[str, Future[StoreEntry]] = {}
 
     def submit(self, sha256: str, wheel: Path) -> None:
@@ -298,7 +359,8 @@ class Unpacker:
             remove_sealed(found.path)
             found = None
         if found is None:
-            found = unpack(
+            found = _unpack_in(
+                self._processes,
                 self.store,
                 sha256,
                 wheel,
@@ -323,6 +385,8 @@ class Unpacker:
     def close(self) -> None:
         """Wait for the unpacks under way; those not started are dropped."""
         self._pool.shutdown(wait=True, cancel_futures=True)
+        if self._processes is not None:
+            self._processes.close()
 
 
 def _intact(
