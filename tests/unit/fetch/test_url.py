@@ -349,3 +349,32 @@ def test_index_source_over_real_https(tmp_path: Path) -> None:
         "six", "1.17.0", filename, sha, None, "overlay", best.link.url_without_fragment
     )
     assert fetch_all([direct], cache=tmp_path / "cache2")[sha].name == filename
+
+
+def test_a_body_is_hashed_and_written_in_large_pieces(
+    server: HubServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The body arrives a read at a time; kvenv hashes and writes it in pieces of
+    ``WRITE_BYTES`` (fewer calls under the GIL), with the same bytes and progress to the end."""
+    from kvenv._util.hashing import HashingWriter
+    from kvenv.fetch import http
+
+    data = os.urandom(3 * http.WRITE_BYTES + 12345)
+    url = server.add_static("/files/big.bin", data)
+    writes: list[int] = []
+    original = HashingWriter.write
+
+    def counted(self: HashingWriter, chunk: bytes | bytearray | memoryview) -> int:
+        writes.append(len(chunk))
+        return original(self, chunk)
+
+    monkeypatch.setattr(HashingWriter, "write", counted)
+    heard: list[tuple[int, int | None]] = []
+    target = tmp_path / "big.bin"
+    with target.open("wb") as raw:
+        sink = HashingWriter(raw, limit=len(data))
+        http.download(url, sink, size=len(data), progress=lambda d, t: heard.append((d, t)))
+    assert target.read_bytes() == data
+    assert sum(writes) == len(data) and len(writes) <= 4
+    assert all(size >= http.WRITE_BYTES for size in writes[:-1])
+    assert heard[-1] == (len(data), len(data))
