@@ -42,7 +42,7 @@ import zipfile
 import zlib
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypeVar
 
 import attrs
 
@@ -62,6 +62,7 @@ if TYPE_CHECKING:
     from kvenv.env.bytecode import Bytecode
     from kvenv.env.unpackworker import Workers
 
+_T = TypeVar("_T")
 MARKER = ".kvenv-store.json"
 # 2: the marker records the RECORD lies a waiver accepted (``record_waived``); an entry of
 # format 1 cannot say whether it has any, so it is unpacked again.
@@ -280,11 +281,8 @@ def _unpack_in(
     is large enough to be worth one."""
     from kvenv.env.unpackworker import WORKER_MIN_BYTES
 
-    if (
-        processes is not None
-        and _size(wheel) >= WORKER_MIN_BYTES
-        and lookup(store, sha256) is None
-        and processes.unpack(
+    def run(fn: Callable[..., _T]) -> _T:
+        return fn(
             store,
             sha256,
             wheel,
@@ -293,21 +291,19 @@ def _unpack_in(
             jobs=jobs,
             progress=progress,
         )
+
+    if (
+        processes is not None
+        and _size(wheel) >= WORKER_MIN_BYTES
+        and lookup(store, sha256) is None
+        and run(processes.unpack)
     ):
         entry = lookup(store, sha256)
         if entry is None:
             where = entry_dir(store, sha256)
             raise InstallError(f"store entry for {wheel.name} is unreadable: {where}")
         return entry
-    return unpack(
-        store,
-        sha256,
-        wheel,
-        protected=protected,
-        record_waivers=record_waivers,
-        jobs=jobs,
-        progress=progress,
-    )
+    return run(unpack)
 
 
 class Unpacker:
