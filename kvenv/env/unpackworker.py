@@ -7,8 +7,9 @@ as 1 and 40% more CPU). So on Linux each unpacking thread hands its larger wheel
 process of its own (started on its first such wheel, kept until the pool closes) and waits for
 it, and the wheels unpack side by side on every CPU while the parent's threads download.
 
-The worker runs :func:`kvenv.env.store.unpack` itself, so a store entry is made exactly as in
-process: in a temporary directory, sealed, renamed into place complete. What changes is who may
+The worker (its loop: :mod:`kvenv.env.unpackmain`) runs :func:`kvenv.env.store.unpack`
+itself, so a store entry is made exactly as in process: in a temporary directory, sealed,
+renamed into place complete. What changes is who may
 die: a worker asks the kernel to kill it when its parent dies (``PR_SET_PDEATHSIG``), and checks
 that its parent is still the one that started it, so a killed apply leaves what a killed apply
 with threads leaves (at most a temporary directory, never a half entry). A worker that dies on
@@ -28,6 +29,7 @@ import json
 import os
 import subprocess
 import sys
+import tempfile
 import threading
 from collections.abc import Iterable
 from pathlib import Path
@@ -41,9 +43,8 @@ from kvenv.errors import InstallError, KvenvError, Problem
 WORKER_MIN_BYTES = 256 << 10
 _BOOT = (
     "import json, sys; sys.path[:0] = json.loads(sys.argv[1]); "
-    "from kvenv.env.unpackworker import serve; serve(int(sys.argv[2]))"
+    "from kvenv.env.unpackmain import run_worker; run_worker(int(sys.argv[2]))"
 )
-_PR_SET_PDEATHSIG = 1
 READY = b'{"ready": true}\n'  # a worker's first line, once it has imported the unpacker
 PROGRESS_EVERY = 0.05  # seconds between a worker's progress lines (a line per file otherwise)
 
@@ -66,6 +67,7 @@ class Workers:
         self._all: list[subprocess.Popen[bytes]] = []
         self._closed = False
         self._broken = False
+        self._errors: dict[int, IO[bytes]] = {}
 
     def _worker(self) -> subprocess.Popen[bytes] | None:
         """This thread's worker, started (and its start awaited) on first use; None when
@@ -73,24 +75,26 @@ class Workers:
         proc: subprocess.Popen[bytes] | None = getattr(self._local, "proc", None)
         if proc is not None and proc.poll() is None:
             return proc
-        import kvenv
-
-        paths = [str(Path(kvenv.__file__).resolve().parent.parent), *sys.path]
+        paths = [str(Path(__file__).resolve().parents[2]), *sys.path]  # kvenv's, first
         with self._lock:
             if self._closed or self._broken:
                 return None
+            # Its stderr, read only if it dies: a file, since a pipe nobody reads could fill.
+            errors = tempfile.TemporaryFile()  # noqa: SIM115 (closed by close())
             try:
                 proc = subprocess.Popen(
                     [sys.executable, "-I", "-S", "-c", _BOOT, json.dumps(paths), str(os.getpid())],
                     stdin=subprocess.PIPE,
                     stdout=subprocess.PIPE,
-                    stderr=subprocess.PIPE,
+                    stderr=errors,
                     close_fds=True,
                 )
             except OSError:
+                errors.close()
                 self._broken = True
                 return None
             self._all.append(proc)
+            self._errors[proc.pid] = errors
         assert proc.stdout is not None
         if proc.stdout.readline() != READY:  # it could not import kvenv: never again this run
             self._broken = True
@@ -142,7 +146,7 @@ class Workers:
                     progress(label, done, total)
                 continue
             if "error" in answer:
-                raise _error_from(answer["error"], wheel)
+                raise error_from_data(answer["error"], wheel)
             return True
 
     def _died(self, proc: subprocess.Popen[bytes], wheel: Path) -> InstallError:
@@ -151,7 +155,9 @@ class Workers:
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait()
-        stderr = proc.stderr.read().decode(errors="replace").strip() if proc.stderr else ""
+        errors = self._errors[proc.pid]
+        errors.seek(0)
+        stderr = errors.read().decode(errors="replace").strip()
         last = stderr.splitlines()[-1] if stderr else f"exit status {proc.returncode}"
         return InstallError(
             f"the process unpacking {wheel.name} stopped before it finished ({last})",
@@ -165,6 +171,7 @@ class Workers:
         with self._lock:
             self._closed = True
             procs, self._all = self._all, []
+            errors, self._errors = self._errors, {}
         for proc in procs:
             if proc.stdin is not None:
                 with contextlib.suppress(OSError):
@@ -175,12 +182,13 @@ class Workers:
             except subprocess.TimeoutExpired:
                 proc.kill()
                 proc.wait()
-            for stream in (proc.stdout, proc.stderr):
-                if stream is not None:
-                    stream.close()
+            if proc.stdout is not None:
+                proc.stdout.close()
+        for file in errors.values():
+            file.close()
 
 
-def _error_to(exc: BaseException) -> dict[str, Any]:
+def error_to_data(exc: BaseException) -> dict[str, Any]:
     if isinstance(exc, KvenvError):
         problems, hint = exc._templates
         return {
@@ -195,7 +203,7 @@ def _error_to(exc: BaseException) -> dict[str, Any]:
     return {"kind": "other", "text": f"{type(exc).__name__}: {exc}"}
 
 
-def _error_from(data: dict[str, Any], wheel: Path) -> BaseException:
+def error_from_data(data: dict[str, Any], wheel: Path) -> BaseException:
     from kvenv import errors
 
     if data["kind"] == "kvenv":
@@ -210,57 +218,3 @@ def _error_from(data: dict[str, Any], wheel: Path) -> BaseException:
     if data["kind"] == "os":
         return OSError(data["errno"], data["strerror"], data["file"])
     return InstallError(f"unpacking {wheel.name} failed: {data['text']}")
-
-
-def _die_with_parent(parent: int) -> None:
-    """Have the kernel SIGKILL this process when its parent dies; exit now if it already has."""
-    import ctypes
-    import signal
-
-    libc = ctypes.CDLL(None, use_errno=True)
-    libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
-    if os.getppid() != parent:
-        os._exit(0)
-
-
-def serve(parent: int) -> None:
-    """The worker's loop: one job per line of stdin until its end (see the module's text)."""
-    import signal
-    import time
-
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-    _die_with_parent(parent)
-    from kvenv.env.store import unpack
-
-    out: IO[bytes] = sys.stdout.buffer
-    out.write(READY)
-    out.flush()
-
-    def send(answer: dict[str, Any]) -> None:
-        out.write(json.dumps(answer).encode() + b"\n")
-        out.flush()
-
-    last = [0.0]
-
-    def report(label: str, done: int, total: int | None) -> None:
-        now = time.monotonic()
-        if done in (0, total) or now - last[0] >= PROGRESS_EVERY:
-            last[0] = now
-            send({"progress": [label, done, total]})
-
-    for line in sys.stdin.buffer:
-        job = json.loads(line)
-        try:
-            unpack(
-                Path(job["store"]),
-                job["sha256"],
-                Path(job["wheel"]),
-                protected=job["protected"],
-                record_waivers=job["record_waivers"],
-                jobs=job["jobs"],
-                progress=report if job["progress"] else None,
-            )
-        except Exception as exc:  # sent to the parent, which raises it again
-            send({"error": _error_to(exc)})
-        else:
-            send({"ok": job["sha256"]})

@@ -117,13 +117,15 @@ def test_errors_cross_as_data() -> None:
     error = IntegrityError(
         "bad wheel", problems=[Problem("m", file="f", path="$.a", fix="run {kvenv lock}")], hint="h"
     )
-    back = unpackworker._error_from(unpackworker._error_to(error), Path("x.whl"))
+    back = unpackworker.error_from_data(unpackworker.error_to_data(error), Path("x.whl"))
     assert type(back) is IntegrityError and back.render() == error.render()
-    full = unpackworker._error_from(
-        unpackworker._error_to(OSError(28, "No space left on device", "/s/f")), Path("x.whl")
+    full = unpackworker.error_from_data(
+        unpackworker.error_to_data(OSError(28, "No space left on device", "/s/f")), Path("x.whl")
     )
     assert isinstance(full, OSError) and full.errno == 28 and full.filename == "/s/f"
-    other = unpackworker._error_from(unpackworker._error_to(ValueError("odd")), Path("x.whl"))
+    other = unpackworker.error_from_data(
+        unpackworker.error_to_data(ValueError("odd")), Path("x.whl")
+    )
     assert isinstance(other, InstallError) and "ValueError: odd" in other.message
 
 
@@ -204,5 +206,5 @@ def test_workers_die_with_their_parent(tmp_path: Path) -> None:
 
 def test_kvenv_errors_keep_their_class(tmp_path: Path) -> None:
     for cls in (InstallError, IntegrityError, KvenvError):
-        back = unpackworker._error_from(unpackworker._error_to(cls("x")), Path("w.whl"))
+        back = unpackworker.error_from_data(unpackworker.error_to_data(cls("x")), Path("w.whl"))
         assert type(back) is cls
