@@ -45,6 +45,21 @@ def write_results(out: Path, data: Any) -> None:
     out.write_text(json.dumps(data, indent=2) + "\n", encoding="utf-8")
 
 
+def medians(samples: dict[str, list[tuple[float, float]]], digits: int = 3) -> dict[str, Any]:
+    """Per name: the median wall and CPU seconds of its ``(wall, cpu)`` rounds, and each round's."""
+    import statistics
+
+    return {
+        name: {
+            "wall_s": round(statistics.median(v[0] for v in values), digits),
+            "cpu_s": round(statistics.median(v[1] for v in values), digits),
+            "walls": [round(v[0], digits) for v in values],
+            "cpus": [round(v[1], digits) for v in values],
+        }
+        for name, values in samples.items()
+    }
+
+
 def python_of(kvenv: Path) -> str:
     """The interpreter of a kvenv console script (its shebang), else this one."""
     first = kvenv.read_text(encoding="utf-8", errors="replace").splitlines()[0]

@@ -46,7 +46,6 @@ import argparse
 import os
 import platform
 import shutil
-import statistics
 import sys
 import tempfile
 from collections.abc import Callable
@@ -54,7 +53,15 @@ from pathlib import Path
 from typing import Any
 
 import tomllib
-from _common import bench_project, python_of, run_child, run_facts, tool_version, write_results
+from _common import (
+    bench_project,
+    medians,
+    python_of,
+    run_child,
+    run_facts,
+    tool_version,
+    write_results,
+)
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
@@ -123,19 +130,6 @@ def _groups(
     return out
 
 
-def _medians(samples: dict[str, list[tuple[float, float]]]) -> dict[str, dict[str, Any]]:
-    """Per name: the median wall and CPU seconds, and every round's."""
-    return {
-        name: {
-            "wall_s": round(statistics.median(v[0] for v in values), 3),
-            "cpu_s": round(statistics.median(v[1] for v in values), 3),
-            "walls": [round(v[0], 3) for v in values],
-            "cpus": [round(v[1], 3) for v in values],
-        }
-        for name, values in samples.items()
-    }
-
-
 def _warm(
     args: argparse.Namespace, work: Path, profile: Path, reqs: Path, kvenvs: dict[str, Path]
 ) -> dict[str, dict[str, Any]]:
@@ -171,7 +165,7 @@ def _warm(
         for name, make in jobs if number % 2 == 0 else jobs[::-1]:
             samples.setdefault(name, []).append(_timed(*make(work / "warm-root")))
             shutil.rmtree(work / "warm-root", ignore_errors=True)
-    return _medians(samples)
+    return medians(samples)
 
 
 def _imports(
@@ -197,7 +191,7 @@ def _imports(
         for label, pythonpath in order:
             env = _env(PYTHONPATH=pythonpath, PYTHONDONTWRITEBYTECODE="1")
             samples.setdefault(label, []).append(_timed([host, "-c", f"import {args.module}"], env))
-    return _medians({f"import {args.module}[{k}]": v for k, v in samples.items()})
+    return medians({f"import {args.module}[{k}]": v for k, v in samples.items()})
 
 
 def _timed(command: list[str], env: dict[str, str]) -> tuple[float, float]:
@@ -360,7 +354,7 @@ def main() -> int:
                 if made.is_dir() and made.name.rpartition("-")[2].isdigit():
                     shutil.rmtree(made, ignore_errors=True)
         print(f"round {number + 1}/{args.rounds} done", file=sys.stderr)
-    results = _medians(samples)
+    results = medians(samples)
     if args.warm_rounds:
         results.update(_warm(args, work, profile, reqs, kvenvs))
     if args.module:

@@ -17,12 +17,11 @@ from __future__ import annotations
 import argparse
 import os
 import shutil
-import statistics
 import sys
 import tempfile
 from pathlib import Path
 
-from _common import python_of, run_child, run_facts, write_results
+from _common import medians, python_of, run_child, run_facts, write_results
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -74,15 +73,7 @@ def main() -> int:
                 raise SystemExit(f"{name} exited {done.returncode}: {done.stderr}")
             samples[name].append((done.wall, done.cpu))
         print(f"round {number + 1}/{args.rounds} done", file=sys.stderr)
-    results = {
-        name: {
-            "wall_s": round(statistics.median(v[0] for v in values), 3),
-            "cpu_s": round(statistics.median(v[1] for v in values), 3),
-            "walls": [round(v[0], 3) for v in values],
-            "cpus": [round(v[1], 3) for v in values],
-        }
-        for name, values in samples.items()
-    }
+    results = medians(samples)
     data = {
         "benchmark": "fetch-index",
         "what": "the fetch phase of a cold apply alone: a portable lock's wheels located on the "

@@ -19,7 +19,6 @@ from __future__ import annotations
 import argparse
 import os
 import shutil
-import statistics
 import sys
 import tempfile
 import threading
@@ -27,7 +26,7 @@ import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
-from _common import run_child, run_facts, tool_version, write_results
+from _common import medians, run_child, run_facts, tool_version, write_results
 from apply_cli import _project
 
 REPO = Path(__file__).resolve().parent.parent
@@ -143,15 +142,7 @@ def main() -> int:
             samples.setdefault(name, []).append((done.wall, done.cpu))
         print(f"round {number + 1}/{args.rounds} done", file=sys.stderr)
     httpd.shutdown()
-    rows = {
-        name: {
-            "wall_s": round(statistics.median(v[0] for v in values), 4),
-            "cpu_s": round(statistics.median(v[1] for v in values), 4),
-            "walls": [round(v[0], 4) for v in values],
-            "cpus": [round(v[1], 4) for v in values],
-        }
-        for name, values in samples.items()
-    }
+    rows = medians(samples, 4)
     data = {
         "benchmark": "pipeline",
         "what": "cold apply from a rate-limited local HTTP server, jobs=8, no bytecode",
