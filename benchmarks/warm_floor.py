@@ -16,7 +16,10 @@ the full path reads) would leave. An experiment, not a feature: it answers how c
 such a recall could come before anyone builds it.
 
     python benchmarks/warm_floor.py --kvenv PATH --bundle DIR --cache DIR [--uv UV]
-        [--rounds 9] [--out benchmarks/results/warm-floor.json]
+        [--rounds 9] [--host-python PY] [--out benchmarks/results/warm-floor.json]
+
+``--host-python`` is the host every tool installs for (a vLLM closure needs one with torch);
+the floor runs on it too.
 
 ``--cache`` must be warm for ``--bundle`` (one ``kvenv apply --offline --from BUNDLE`` with
 ``KVENV_CACHE_DIR=DIR`` made it so); the generation read is the one a first timed apply makes.
@@ -48,6 +51,8 @@ with open(root + "/.kvenv-root", "w") as f:
 g = f"{root}/generations/{gen}"
 where = {k: v.replace(old_root, root, 1) for k, v in manifest["dirs"].items()}
 by_dir, scripts, records = {}, [], []
+# a file two wheels ship: the manifest's loser does not link it (kvenv keeps the winner's)
+shadowed = {(c["loser"], c["layer"], c["file"]) for c in manifest.get("conflicts", [])}
 def unpack(text):
     return array.array("q", base64.b64decode(text))
 for dist in manifest["distributions"]:
@@ -66,6 +71,8 @@ for dist in manifest["distributions"]:
             scripts.append((f"{entry}/{path[3:]}", f"{where['bin']}/{path[7:]}"))
         elif path == rewrite:
             records.append(f"{layer}/{path}")
+        elif (dist["name"], dist["layer"], path) in shadowed:
+            continue
         else:
             top, _, rest = path[3:].partition("/")
             shared = path.startswith("../") and top in ("data", "include")
@@ -119,10 +126,11 @@ def main() -> int:
     parser.add_argument("--cache", type=Path, required=True)
     parser.add_argument("--uv", default=shutil.which("uv"))
     parser.add_argument("--rounds", type=int, default=9)
+    parser.add_argument("--host-python", type=Path, help="the host (default: kvenv's own)")
     parser.add_argument("--out", type=Path, default=Path("benchmarks/results/warm-floor.json"))
     args = parser.parse_args()
     work = Path(tempfile.mkdtemp(prefix="kvenv-floor-"))
-    python = python_of(args.kvenv)
+    python = str(args.host_python or python_of(args.kvenv))
     base = {k: v for k, v in os.environ.items() if not k.startswith(("KVENV_", "VIRTUAL_ENV"))}
     counter = iter(range(1_000_000))
     wheels = sorted(str(p) for p in (args.bundle / "wheels").glob("*.whl"))
