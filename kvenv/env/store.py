@@ -277,8 +277,9 @@ def _unpack_in(
     jobs: int,
     progress: Progress | None,
 ) -> StoreEntry:
-    """:func:`unpack`, in this thread's worker process when there are workers and the wheel
-    is large enough to be worth one."""
+    """:func:`unpack` of a wheel its caller found no entry for, in this thread's worker
+    process when there are workers and the wheel is large enough to be worth one (an entry
+    another process finished meanwhile is taken by :func:`unpack`, in either place)."""
     from kvenv.env.unpackworker import WORKER_MIN_BYTES
 
     def run(fn: Callable[..., _T]) -> _T:
@@ -292,12 +293,7 @@ def _unpack_in(
             progress=progress,
         )
 
-    if (
-        processes is not None
-        and _size(wheel) >= WORKER_MIN_BYTES
-        and lookup(store, sha256) is None
-        and run(processes.unpack)
-    ):
+    if processes is not None and _size(wheel) >= WORKER_MIN_BYTES and run(processes.unpack):
         entry = lookup(store, sha256)
         if entry is None:
             where = entry_dir(store, sha256)

@@ -13,10 +13,12 @@ import sys
 import textwrap
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from kvenv.env import store, unpackworker
+from kvenv.env.seal import seal_problem
 from kvenv.env.store import Unpacker, lookup, unpack, unpack_all
 from kvenv.env.unpackworker import Workers
 from kvenv.errors import InstallError, IntegrityError, KvenvError, Problem
@@ -60,7 +62,7 @@ def test_workers_make_the_entries_threads_make(tmp_path: Path) -> None:
     for sha, entry in by_workers.items():
         assert entry.dist == in_process[sha].dist
         assert _tree(entry.path) == _tree(in_process[sha].path)
-        assert store.seal_problem(entry.path) is None
+        assert seal_problem(entry.path) is None
         assert lookup(tmp_path / "a", sha) == entry
 
 
@@ -70,9 +72,9 @@ def test_the_large_wheel_goes_to_a_worker_the_small_ones_do_not(
     sent: list[str] = []
     real = Workers.unpack
 
-    def spy(self: Workers, store_: Path, sha256: str, wheel: Path, **kw: object) -> bool:
+    def spy(self: Workers, store_: Path, sha256: str, wheel: Path, **kw: Any) -> bool:
         sent.append(wheel.name)
-        return real(self, store_, sha256, wheel, **kw)  # type: ignore[arg-type]
+        return real(self, store_, sha256, wheel, **kw)
 
     monkeypatch.setattr(Workers, "unpack", spy)
     wheels = _wheels(tmp_path / "w")
