@@ -17,7 +17,10 @@ from kvenv.plan.artifacts import Artifact
 from tests.support.hubserver import HubServer
 from tests.support.wheels import build_wheel, sha256_of
 
-pytestmark = pytest.mark.skipif(shutil.which("openssl") is None, reason="needs openssl")
+pytestmark = [
+    pytest.mark.skipif(shutil.which("openssl") is None, reason="needs openssl"),
+    pytest.mark.usefixtures("download_client"),  # each test on both clients
+]
 
 
 @pytest.fixture(scope="module")

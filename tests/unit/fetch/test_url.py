@@ -22,6 +22,8 @@ from kvenv.plan.artifacts import Artifact
 from tests.support.hubserver import HubServer, Tamper
 from tests.support.wheels import build_wheel, sha256_of
 
+pytestmark = pytest.mark.usefixtures("download_client")  # each test on both clients
+
 
 @pytest.fixture
 def server() -> Iterator[HubServer]:
