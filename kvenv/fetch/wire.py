@@ -13,14 +13,21 @@ messages are :mod:`kvenv.fetch.http`'s. It opens connections to an origin (``htt
 given SSL context, ``http`` only where the caller allowed it), keeps the idle ones, sends a
 request, and retries once on a fresh connection when a kept one turns out to have been closed
 by the server (a keep-alive race: the request never reached it).
+
+Each host's name is looked up once per pool (:class:`Names`; threads that ask at the same time
+wait for the one lookup): a resolver that drops a query now and then costs its retry timeout
+(5 s with glibc's defaults) once per lookup, and 8 download workers opening connections to the
+same host would otherwise make 8 lookups. A failed lookup is not kept.
 """
 
 from __future__ import annotations
 
 import http.client
+import socket
 import ssl
 import threading
 from collections.abc import Callable, Mapping
+from concurrent.futures import Future
 from email.message import Message
 from typing import Literal
 from urllib.parse import urlsplit
@@ -123,6 +130,59 @@ class Reply:
             connection.close()
 
 
+Address = tuple[socket.AddressFamily, socket.SocketKind, int, tuple[object, ...]]
+
+
+class Names:
+    """Host names looked up once (thread-safe: one lookup per name however many threads ask
+    at once; a failed one is forgotten, so the next connection asks again)."""
+
+    def __init__(self) -> None:
+        self._found: dict[tuple[str, int], Future[list[Address]]] = {}
+        self._lock = threading.Lock()
+
+    def addresses(self, host: str, port: int) -> list[Address]:
+        key = (host, port)
+        with self._lock:
+            pending = self._found.get(key)
+            mine = pending is None
+            if pending is None:
+                pending = self._found[key] = Future()
+        if mine:
+            try:
+                found = socket.getaddrinfo(host, port, 0, socket.SOCK_STREAM)
+            except OSError as exc:
+                with self._lock:
+                    del self._found[key]
+                pending.set_exception(exc)
+            else:
+                pending.set_result([(f, t, p, a) for f, t, p, _, a in found])
+        return pending.result()
+
+    def connect(
+        self,
+        address: tuple[str, int],
+        timeout: float | None = None,
+        source_address: tuple[str, int] | None = None,
+    ) -> socket.socket:
+        """``socket.create_connection`` with the name looked up once (what ``http.client``
+        calls to open its socket)."""
+        last: OSError | None = None
+        for family, kind, proto, where in self.addresses(*address):
+            sock = socket.socket(family, kind, proto)
+            try:
+                sock.settimeout(timeout)
+                if source_address is not None:
+                    sock.bind(source_address)
+                sock.connect(where)
+            except OSError as exc:
+                sock.close()
+                last = exc
+                continue
+            return sock
+        raise last or OSError(f"no address for {address[0]}")
+
+
 class Pool:
     """Idle keep-alive connections by origin (thread-safe): each request takes one (or opens
     a new one) and gives it back when its body was read to the end."""
@@ -130,6 +190,7 @@ class Pool:
     def __init__(self, context: Callable[[], ssl.SSLContext]) -> None:
         self._context = context
         self._made: ssl.SSLContext | None = None
+        self.names = Names()
         self._idle: dict[_Origin, list[http.client.HTTPConnection]] = {}
         self._lock = threading.Lock()
         self._closed = False
@@ -147,9 +208,16 @@ class Pool:
 
     def _open(self, origin: _Origin, timeout: float) -> http.client.HTTPConnection:
         scheme, host, port = origin
+        connection: http.client.HTTPConnection
         if scheme == "https":
-            return http.client.HTTPSConnection(host, port, timeout=timeout, context=self._ssl())
-        return http.client.HTTPConnection(host, port, timeout=timeout)
+            connection = http.client.HTTPSConnection(
+                host, port, timeout=timeout, context=self._ssl()
+            )
+        else:
+            connection = http.client.HTTPConnection(host, port, timeout=timeout)
+        # the socket opened to the address looked up once (TLS still checks ``host``'s name)
+        setattr(connection, "_create_connection", self.names.connect)
+        return connection
 
     def give(self, origin: _Origin, connection: http.client.HTTPConnection) -> None:
         with self._lock:

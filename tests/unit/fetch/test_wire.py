@@ -9,6 +9,7 @@ import socket
 import socketserver
 import threading
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
@@ -224,3 +225,45 @@ def test_a_server_that_never_answers_times_out(tmp_path: Path) -> None:
             pytest.raises(TransientFetchError, match=r"timed out for http://127\.0\.0\.1"),
         ):
             kvenv_http.download(url, HashingWriter(raw), timeout=0.3)
+
+
+@pytest.mark.usefixtures("no_proxy_env")
+def test_each_host_is_looked_up_once_per_run(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Four workers open four connections to one host and ask the resolver once."""
+    asked: list[str] = []
+    real = socket.getaddrinfo
+
+    def counted(host: str, *args: Any, **kwargs: Any) -> Any:
+        asked.append(host)
+        threading.Event().wait(0.05)  # the others arrive while the first lookup runs
+        return real(host, *args, **kwargs)
+
+    monkeypatch.setattr(socket, "getaddrinfo", counted)
+    with HubServer() as server, allow_loopback_http(), kvenv_http.Connections() as connections:
+        urls = [server.add_static(f"/files/{n}.bin", b"n" * 300_000) for n in range(12)]
+
+        def one(number: int) -> bytes:
+            return _get(urls[number], connections, tmp_path / f"{number}.bin")
+
+        with ThreadPoolExecutor(4) as pool:
+            assert list(pool.map(one, range(12))) == [b"n" * 300_000] * 12
+        assert 2 <= server.connections <= 4
+    assert asked == ["127.0.0.1"]
+
+
+def test_a_failed_lookup_is_asked_again(monkeypatch: pytest.MonkeyPatch) -> None:
+    answers: list[Any] = [socket.gaierror(-3, "Temporary failure in name resolution")]
+    real = socket.getaddrinfo
+
+    def flaky(*args: Any, **kwargs: Any) -> Any:
+        if answers:
+            raise answers.pop()
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(socket, "getaddrinfo", flaky)
+    names = wire.Names()
+    with pytest.raises(socket.gaierror):
+        names.addresses("127.0.0.1", 80)
+    assert names.addresses("127.0.0.1", 80)[0][3][:2] == ("127.0.0.1", 80)
