@@ -16,10 +16,12 @@ the full path reads) would leave. An experiment, not a feature: it answers how c
 such a recall could come before anyone builds it.
 
     python benchmarks/warm_floor.py --kvenv PATH --bundle DIR --cache DIR [--uv UV]
-        [--rounds 9] [--host-python PY] [--out benchmarks/results/warm-floor.json]
+        [--rounds 9] [--host-python PY] [--no-compile] [--out benchmarks/results/warm-floor.json]
 
 ``--host-python`` is the host every tool installs for (a vLLM closure needs one with torch);
-the floor runs on it too.
+the floor runs on it too. ``--no-compile`` applies with ``kvenv apply --no-compile`` (no
+bytecode linked, as uv writes none): like for like with uv; the floor copies that generation,
+so it links none either.
 
 ``--cache`` must be warm for ``--bundle`` (one ``kvenv apply --offline --from BUNDLE`` with
 ``KVENV_CACHE_DIR=DIR`` made it so); the generation read is the one a first timed apply makes.
@@ -127,6 +129,7 @@ def main() -> int:
     parser.add_argument("--uv", default=shutil.which("uv"))
     parser.add_argument("--rounds", type=int, default=9)
     parser.add_argument("--host-python", type=Path, help="the host (default: kvenv's own)")
+    parser.add_argument("--no-compile", action="store_true", help="kvenv apply --no-compile")
     parser.add_argument("--out", type=Path, default=Path("benchmarks/results/warm-floor.json"))
     args = parser.parse_args()
     work = Path(tempfile.mkdtemp(prefix="kvenv-floor-"))
@@ -138,7 +141,8 @@ def main() -> int:
     def kvenv(root: Path) -> tuple[list[str], dict[str, str]]:
         env = dict(base, KVENV_ROOT=str(root), KVENV_CACHE_DIR=str(args.cache),
                    KVENV_PYTHON=python)  # fmt: skip
-        return [str(args.kvenv), "apply", "--offline", "--from", str(args.bundle)], env
+        flags = ["--no-compile"] if args.no_compile else []
+        return [str(args.kvenv), "apply", *flags, "--offline", "--from", str(args.bundle)], env
 
     first = work / "made"
     command, env = kvenv(first)
@@ -195,6 +199,7 @@ def main() -> int:
             "benchmark": "warm-floor",
             "what": "a warm apply into a fresh root: kvenv, the stdlib-only floor, uv",
             "kvenv": str(args.kvenv),
+            "no_compile": args.no_compile,
             "uv": tool_version(args.uv),
             **run_facts(),
             "samples": results,

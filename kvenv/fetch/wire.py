@@ -151,7 +151,7 @@ class Names:
         if mine:
             try:
                 found = socket.getaddrinfo(host, port, 0, socket.SOCK_STREAM)
-            except OSError as exc:
+            except BaseException as exc:  # the threads waiting for it hear it too
                 with self._lock:
                     del self._found[key]
                 pending.set_exception(exc)

@@ -267,3 +267,22 @@ def test_a_failed_lookup_is_asked_again(monkeypatch: pytest.MonkeyPatch) -> None
     with pytest.raises(socket.gaierror):
         names.addresses("127.0.0.1", 80)
     assert names.addresses("127.0.0.1", 80)[0][3][:2] == ("127.0.0.1", 80)
+
+
+def test_a_lookup_that_fails_oddly_releases_those_waiting(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A name the resolver refuses with a codec error (not an OSError) fails every thread
+    waiting for that lookup instead of leaving them waiting."""
+    started = threading.Event()
+
+    def refused(*args: Any, **kwargs: Any) -> Any:
+        started.set()
+        threading.Event().wait(0.1)
+        raise UnicodeError("label too long")
+
+    monkeypatch.setattr(socket, "getaddrinfo", refused)
+    names = wire.Names()
+    with ThreadPoolExecutor(3) as pool:
+        futures = [pool.submit(names.addresses, "x.invalid", 443) for _ in range(3)]
+        for future in futures:
+            with pytest.raises(UnicodeError):
+                future.result(timeout=10)
