@@ -281,12 +281,12 @@ def _handler_for(server: HubServer) -> type[BaseHTTPRequestHandler]:
                 headers["X-Linked-Size"] = str(len(body))
             headers["Accept-Ranges"] = "bytes"
             payload = body[start:]
+            self._record(status)  # before the client can see the answer and look
             self.send_response(status)
             for key, value in headers.items():
                 self.send_header(key, value)
             self.send_header("Content-Length", str(len(payload)))
             self.end_headers()
-            self._record(status)
             if head:
                 return
             if mode == "short":
@@ -301,12 +301,12 @@ def _handler_for(server: HubServer) -> type[BaseHTTPRequestHandler]:
             server._record(Seen(self.command, urlsplit(self.path).path, had_auth, status))
 
         def _reply(self, status: int, headers: dict[str, str]) -> None:
+            self._record(status)  # before the client can see the answer and look
             self.send_response(status)
             for key, value in headers.items():
                 self.send_header(key, value)
             self.send_header("Content-Length", "0")
             self.end_headers()
-            self._record(status)
 
     return Handler
 
