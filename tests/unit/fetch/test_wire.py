@@ -130,7 +130,8 @@ class _OneRequestHandler(socketserver.BaseRequestHandler):
     whose idle timeout has passed by the time the client uses the connection again."""
 
     def handle(self) -> None:
-        self.server.accepted += 1  # type: ignore[attr-defined]
+        assert isinstance(self.server, _ClosingServer)
+        self.server.accepted += 1
         request = b""
         while b"\r\n\r\n" not in request:
             piece = self.request.recv(4096)
@@ -145,11 +146,14 @@ class _OneRequestHandler(socketserver.BaseRequestHandler):
         self.request.shutdown(socket.SHUT_RDWR)
 
 
+class _ClosingServer(socketserver.ThreadingTCPServer):
+    daemon_threads = True
+    accepted = 0  # connections served (counted by the handler)
+
+
 @pytest.fixture
-def closing_server() -> Iterator[tuple[str, socketserver.ThreadingTCPServer]]:
-    server = socketserver.ThreadingTCPServer(("127.0.0.1", 0), _OneRequestHandler)
-    server.daemon_threads = True
-    server.accepted = 0  # type: ignore[attr-defined]
+def closing_server() -> Iterator[tuple[str, _ClosingServer]]:
+    server = _ClosingServer(("127.0.0.1", 0), _OneRequestHandler)
     serving = threading.Thread(target=server.serve_forever, daemon=True)
     serving.start()
     try:
@@ -161,13 +165,13 @@ def closing_server() -> Iterator[tuple[str, socketserver.ThreadingTCPServer]]:
 
 @pytest.mark.usefixtures("no_proxy_env")
 def test_a_kept_connection_the_server_closed_is_replaced(
-    closing_server: tuple[str, socketserver.ThreadingTCPServer], tmp_path: Path
+    closing_server: tuple[str, _ClosingServer], tmp_path: Path
 ) -> None:
     base, server = closing_server
     with allow_loopback_http(), kvenv_http.Connections() as connections:
         for number in range(3):
             assert _get(f"{base}/f{number}", connections, tmp_path / f"f{number}") == b"x" * 5000
-    assert server.accepted == 3  # type: ignore[attr-defined]
+    assert server.accepted == 3
 
 
 def test_the_pool_keeps_what_was_read_to_the_end_only() -> None:
