@@ -7,7 +7,7 @@ from typing import Any
 
 from kvenv.cli._argv import split_at_double_dash
 from kvenv.cli._io import emit_json, err, out
-from kvenv.cli.exitcodes import EXIT_CHECK_FAILED, EXIT_INTERRUPTED, EXIT_OK
+from kvenv.cli.exitcodes import EXIT_CHECK_FAILED, EXIT_OK
 
 
 def register(sub: Any) -> None:
@@ -47,7 +47,9 @@ def register(sub: Any) -> None:
         description="Start `vllm serve MODEL` with the profile's runtime defaults. Binds "
         "127.0.0.1 unless --public (which needs --api-key-env). Arguments after `--` go to "
         "vLLM unchanged. Without --wait the server runs in the foreground and its exit code "
-        "is returned; with --wait kvenv returns once /health answers 200 and leaves it running. "
+        "is returned (128+N when it died of signal N); SIGTERM, SIGINT or SIGHUP to kvenv stop "
+        "the server's whole process group, and the server never outlives kvenv. With --wait "
+        "kvenv returns once /health answers 200 and leaves it running. "
         "Its output always goes to a log file (the API key masked as ***).",
     )
     serve.add_argument("model", help="model name or directory")
@@ -92,6 +94,14 @@ def register(sub: Any) -> None:
         default=900.0,
         metavar="S",
         help="seconds --wait allows for readiness (default 900)",
+    )
+    serve.add_argument(
+        "--stop-timeout",
+        type=float,
+        default=30.0,
+        metavar="S",
+        help="in the foreground: on SIGTERM, SIGINT or SIGHUP the server's process group gets "
+        "SIGTERM, and SIGKILL after S seconds (default 30)",
     )
     serve.add_argument(
         "--log",
@@ -195,10 +205,10 @@ def run_serve(args: argparse.Namespace) -> int:
         build_argv,
         default_log_path,
         env_summary,
+        preflight,
         render_command,
         serve_config,
         start_server,
-        validate,
     )
 
     config = serve_config(
@@ -231,7 +241,7 @@ def run_serve(args: argparse.Namespace) -> int:
         config = _on_ray(config, args.ray, gpu_check)
         gpu_check = False  # checked against the whole cluster instead
     if args.dry_run:
-        validate(config, validate_gpus=gpu_check)
+        preflight(config, validate_gpus=gpu_check)
         if args.json:
             emit_json(
                 {
@@ -246,26 +256,79 @@ def run_serve(args: argparse.Namespace) -> int:
             out(render_command(config))
         return EXIT_OK
     log = args.log if args.log is not None else default_log_path(config)
-    server = start_server(
-        config,
-        wait=args.wait,
-        timeout=args.timeout,
-        log=log,
-        validate_gpus=gpu_check,
-        echo=not args.wait,
-    )
     if args.wait:
+        server = start_server(
+            config, wait=True, timeout=args.timeout, log=log, validate_gpus=gpu_check
+        )
         out(f"ready: {server.url} (pid {server.pid}, log {server.log_path})")
         out(f"stop it with: kill -TERM -- -{server.pid}")
         return EXIT_OK
-    err(f"kvenv: serving {config.model} at {server.url} (pid {server.pid}, log {server.log_path})")
+    return _foreground(config, log, gpu_check, max(args.stop_timeout, 0.0))
+
+
+class _Stop(Exception):
+    """A stop signal arrived (SIGTERM, SIGINT, SIGHUP)."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(signum)
+        self.signum = signum
+
+
+def _foreground(config: Any, log: Any, gpu_check: bool, grace: float) -> int:
+    """Run the server in the foreground as a supervisor: SIGTERM, SIGINT and SIGHUP stop its
+    process group (SIGTERM, SIGKILL after ``grace`` seconds), and kvenv exits with the
+    server's status (128+N when it died of signal N). The server is tied to this process
+    (:meth:`kvenv.runtime.serve.Server.start`), so even a SIGKILL of kvenv stops it."""
+    import signal
+    import threading
+
+    from kvenv.runtime.serve import exit_status, start_server
+
+    stops = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
+    previous: dict[int, Any] = {}
+
+    def stop(signum: int, frame: object) -> None:
+        for each in stops:  # once: a second signal during the stop is not an interruption
+            signal.signal(each, signal.SIG_IGN)
+        raise _Stop(signum)
+
+    if threading.current_thread() is threading.main_thread():
+        previous = {int(each): signal.signal(each, stop) for each in stops}
+    server = None
     try:
-        code: int = server.wait()
-    except KeyboardInterrupt:
-        status = server.stop()
-        err(f"kvenv: server stopped ({status})")
-        return EXIT_INTERRUPTED
-    return code
+        try:
+            server = start_server(
+                config, wait=False, log=log, validate_gpus=gpu_check, echo=True, tie=grace
+            )
+            _say(
+                f"kvenv: serving {config.model} at {server.url} (pid {server.pid}, log "
+                f"{server.log_path}); SIGTERM, SIGINT or SIGHUP stops it (SIGKILL after "
+                f"{grace:g} s)"
+            )
+            return exit_status(server.wait())
+        except _Stop as caught:
+            name = signal.Signals(caught.signum).name
+            if server is None:  # before the start returned: the tie stops what began
+                return 128 + caught.signum
+            _say(
+                f"kvenv: {name}: stopping the server (SIGTERM to its process group, SIGKILL "
+                f"after {grace:g} s)"
+            )
+            how = server.stop(timeout=grace)
+            code = exit_status(server.wait())
+            _say(f"kvenv: server stopped ({how.replace('_', ' ')}), status {code}")
+            return code
+    finally:
+        for each, handler in previous.items():
+            signal.signal(each, handler)
+
+
+def _say(text: str) -> None:
+    """A line on stderr; a closed terminal (after SIGHUP) does not stop the stop."""
+    import contextlib
+
+    with contextlib.suppress(OSError):
+        err(text)
 
 
 def _on_ray(config: Any, address: str, gpu_check: bool) -> Any:

@@ -1,12 +1,20 @@
 """The server's supervisor: runs ``vllm serve``, reads its output through a pipe and writes it to
 the log with every secret replaced by ``***``. kvenv never lets the server write a file itself.
 
-``python -I logpipe.py LOG [--echo] -- ARGV...``: the names of the environment variables whose
-values are secret come in ``KVENV_REDACT`` (comma-separated names, never values; removed from
-the server's environment). ``kvenv serve`` starts this script in a new session, so the script
-leads the process group and the server runs inside it: ``kill -TERM -- -PID`` reaches both.
-SIGTERM does not stop the script itself: it keeps copying until the server exits, so the log
-holds the server's last words, then exits with the server's code (128+N for signal N).
+``python -I logpipe.py LOG [--echo] [--tie PID GRACE] -- ARGV...``: the names of the
+environment variables whose values are secret come in ``KVENV_REDACT`` (comma-separated
+names, never values; removed from the server's environment). ``kvenv serve`` starts this
+script in a new session, so the script leads the process group and the server runs inside
+it: ``kill -TERM -- -PID`` reaches both. SIGTERM does not stop the script itself: it keeps
+copying until the server exits, so the log holds the server's last words, then exits with
+the server's code (128+N for signal N).
+
+With ``--tie PID GRACE`` (``kvenv serve`` in the foreground) the server does not outlive the
+kvenv process ``PID`` that started it, even when that one is killed with SIGKILL: the script
+asks the kernel for a death signal (``prctl(PR_SET_PDEATHSIG, SIGUSR1)``, Linux) and, when it
+comes (or ``PID`` is already gone when it is set), sends SIGTERM to its process group and
+SIGKILL to the whole group ``GRACE`` seconds later (:func:`tie_to_parent`).
+
 With ``--echo`` the redacted output is also copied to the script's stdout (kvenv's terminal in
 the foreground). The script runs detached from the kvenv process that started it, under
 ``python -I`` (no PYTHONPATH, no user site): it puts the directory that holds this copy of
@@ -21,6 +29,7 @@ import select
 import signal
 import subprocess
 import sys
+import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import IO
@@ -93,9 +102,79 @@ def pump(fd: int, redactor: Redactor, child: subprocess.Popen[bytes]) -> int:
     return child.wait()
 
 
+PR_SET_PDEATHSIG = 1
+DEATH_SIGNAL = signal.SIGUSR1
+
+
+_stop_deadline: list[float] = []  # set once the group is being stopped
+
+
+def stop_group(grace: float) -> None:
+    """SIGTERM to this process's group (this script ignores it), SIGKILL to the whole group,
+    this script included, ``grace`` seconds later (:func:`finish_stop` once the server is
+    gone; a timer for a server that does not go)."""
+    if _stop_deadline:
+        return
+    _stop_deadline.append(time.monotonic() + grace)
+    signal.signal(signal.SIGALRM, lambda *_: os.killpg(0, signal.SIGKILL))
+    signal.setitimer(signal.ITIMER_REAL, max(grace, 0.01))
+    os.killpg(0, signal.SIGTERM)
+
+
+def _others_in_group() -> bool:
+    """Whether a running process (not a zombie) other than this one is in this group."""
+    group, me = str(os.getpgrp()), str(os.getpid())
+    try:
+        entries = os.listdir("/proc")
+    except OSError:
+        return False
+    for name in entries:
+        if not name.isdigit() or name == me:
+            continue
+        try:
+            with open(f"/proc/{name}/stat") as handle:
+                line = handle.read()
+        except OSError:
+            continue
+        fields = line[line.rfind(")") + 2 :].split()
+        if len(fields) > 2 and fields[2] == group and fields[0] not in ("Z", "X"):
+            return True
+    return False
+
+
+def finish_stop() -> None:
+    """After the server exited while the group is being stopped: wait for the rest of the
+    group until the deadline, then SIGKILL what is left."""
+    if not _stop_deadline:
+        return
+    while _others_in_group() and time.monotonic() < _stop_deadline[0]:
+        time.sleep(0.05)
+    signal.setitimer(signal.ITIMER_REAL, 0)
+    if _others_in_group():
+        os.killpg(0, signal.SIGKILL)
+
+
+def tie_to_parent(parent: int, grace: float) -> bool:
+    """Stop the group (:func:`stop_group`) when ``parent`` dies: the kernel's death signal is
+    set for this process and checked against a parent that died before it was set. False where
+    the kernel has no such signal (not Linux)."""
+    signal.signal(DEATH_SIGNAL, lambda *_: stop_group(grace))
+    try:
+        import ctypes
+
+        libc = ctypes.CDLL(None, use_errno=True)
+        if libc.prctl(PR_SET_PDEATHSIG, int(DEATH_SIGNAL), 0, 0, 0) != 0:
+            return False
+    except (OSError, AttributeError):
+        return False
+    if os.getppid() != parent:  # it died before the signal was set
+        os.kill(os.getpid(), DEATH_SIGNAL)
+    return True
+
+
 def main(args: Sequence[str]) -> int:
     if "--" not in args or args.index("--") < 1:
-        sys.stderr.write("usage: logpipe.py LOG [--echo] -- ARGV...\n")
+        sys.stderr.write("usage: logpipe.py LOG [--echo] [--tie PID GRACE] -- ARGV...\n")
         return 2
     split = args.index("--")
     log, echo, argv = args[0], "--echo" in args[1:split], list(args[split + 1 :])
@@ -103,6 +182,10 @@ def main(args: Sequence[str]) -> int:
     names = [n for n in env.pop(REDACT_ENV, "").split(",") if n]
     secrets = [env[n].encode() for n in names if env.get(n)]
     signal.signal(signal.SIGTERM, lambda *_: None)
+    options = list(args[1:split])
+    if "--tie" in options:
+        at = options.index("--tie")
+        tie_to_parent(int(options[at + 1]), float(options[at + 2]))
     with open(log, "ab") as handle:
         sinks: list[IO[bytes]] = [handle]
         if echo:
@@ -123,6 +206,7 @@ def main(args: Sequence[str]) -> int:
             return 127
         assert child.stdout is not None
         code = pump(child.stdout.fileno(), redactor, child)
+    finish_stop()
     return code if code >= 0 else 128 - code
 
 

@@ -363,9 +363,12 @@ def render_command(config: ServeConfig) -> str:
 
 
 def port_in_use(host: str, port: int) -> bool:
-    """True when something already listens on ``host:port`` (checked by binding)."""
+    """True when something already listens on ``host:port``, checked by binding as vLLM's
+    server binds (``SO_REUSEADDR``): a port whose last server just stopped (connections in
+    TIME_WAIT) is free for it, and for this check."""
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     with socket.socket(family, socket.SOCK_STREAM) as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
             probe.bind((host, port))
         except OSError as exc:
@@ -408,6 +411,7 @@ class Server:
         log: str | os.PathLike[str] | None = None,
         environ: Mapping[str, str] | None = None,
         echo: bool = False,
+        tie: float | None = None,
     ) -> Server:
         """Start the server in its own session (process group).
 
@@ -415,7 +419,14 @@ class Server:
         group, reads the server's output through a pipe and appends it to ``log`` with the API
         key replaced by ``***`` (and, with ``echo``, copies it to this process's stdout). The
         supervisor lives as long as the server, so the log keeps filling after this process
-        returns. Without ``log`` the server shares this process's stdout and stderr."""
+        returns. Without ``log`` the server shares this process's stdout and stderr.
+
+        With ``tie`` (seconds; needs ``log``) the server does not outlive this process: when
+        it dies, however (SIGKILL included), the supervisor gets the kernel's death signal and
+        stops the group, SIGTERM then SIGKILL after ``tie`` seconds (``kvenv serve`` in the
+        foreground; :func:`kvenv.runtime.logpipe.tie_to_parent`). The death signal follows the
+        thread that starts the server: call it from a thread that lives as long as the
+        server (the main thread)."""
         env = child_env(config, environ)
         argv = build_argv(config)
         names = [n for n in (API_KEY_ENV, config.api_key_env) if n and env.get(n)]
@@ -432,7 +443,10 @@ class Server:
                 "-I",
                 str(Path(__file__).with_name("logpipe.py")),
             ]
-            command = [*supervisor, str(log_path), *(["--echo"] if echo else []), "--", *argv]
+            options = ["--echo"] if echo else []
+            if tie is not None:
+                options += ["--tie", str(os.getpid()), f"{tie:g}"]
+            command = [*supervisor, str(log_path), *options, "--", *argv]
             process = _popen(command, env, None if echo else subprocess.DEVNULL)
         return cls(config, process, log_path, secrets)
 
@@ -611,11 +625,34 @@ def start_server(
     validate_gpus: bool = True,
     environ: Mapping[str, str] | None = None,
     echo: bool = False,
+    tie: float | None = None,
 ) -> Server:
-    """Validate ``config``, start the server and (``wait``) wait until it is ready. On a failed
-    start the process group is stopped before the error is raised. ``log`` and ``echo``: see
-    :meth:`Server.start`."""
+    """Check ``config`` (:func:`preflight`), start the server and (``wait``) wait until it is
+    ready. On a failed start the process group is stopped before the error is raised. ``log``,
+    ``echo`` and ``tie``: see :meth:`Server.start`."""
+    preflight(config, environ=environ, validate_gpus=validate_gpus)
+    server = Server.start(config, log=log, environ=environ, echo=echo, tie=tie)
+    if wait:
+        try:
+            server.wait_ready(timeout=timeout)
+        except BaseException:
+            server.stop()
+            raise
+    return server
+
+
+def preflight(
+    config: ServeConfig,
+    *,
+    environ: Mapping[str, str] | None = None,
+    validate_gpus: bool = True,
+) -> None:
+    """Every check a start runs before it starts anything (``serve --dry-run`` runs exactly
+    these): the options (:func:`validate`), a local model path that does not exist, the
+    topology of a ``sharded_state`` checkpoint against TP and PP, the port, and the
+    executable (found on PATH or through the applied runtime)."""
     validate(config, environ=environ, validate_gpus=validate_gpus)
+    _check_model_path(config.model)
     if config.load_format == "sharded_state":
         _guard(config)
     if port_in_use(config.bind_host, config.port):
@@ -624,14 +661,25 @@ def start_server(
             hint="stop what listens there, or pick another --port",
         )
     resolve_executable(config, environ)
-    server = Server.start(config, log=log, environ=environ, echo=echo)
-    if wait:
-        try:
-            server.wait_ready(timeout=timeout)
-        except BaseException:
-            server.stop()
-            raise
-    return server
+
+
+def _check_model_path(model: str) -> None:
+    """Refuse a model given as a local path (absolute, ``./``, ``../`` or ``~``) that is not
+    there: vLLM would take it for a Hub name and fail late with a download error."""
+    looks_local = (
+        os.path.isabs(model) or model.startswith(("./", "../", "~")) or model in (".", "..")
+    )
+    if looks_local and not os.path.exists(os.path.expanduser(model)):
+        raise UsageError(
+            f"model path {model} does not exist",
+            hint="give the directory of a saved model, or a Hugging Face model name",
+        )
+
+
+def exit_status(returncode: int) -> int:
+    """A process's status as a shell reports it: its exit code, or 128+N when it died of
+    signal N (``Popen.returncode`` is -N then)."""
+    return returncode if returncode >= 0 else 128 - returncode
 
 
 def resolve_executable(config: ServeConfig, environ: Mapping[str, str] | None = None) -> None:
@@ -643,11 +691,15 @@ def resolve_executable(config: ServeConfig, environ: Mapping[str, str] | None = 
         return
     from kvenv.runtime.llm import activate_runtime
 
-    if activate_runtime(config.profile) and shutil.which(exe) is not None:
-        return
+    why = ""
+    try:
+        if activate_runtime(config.profile) and shutil.which(exe) is not None:
+            return
+    except KvenvError as exc:  # the runtime could not be activated: say why, in the hint
+        why = f" (activating the applied runtime failed: {exc.message})"
     raise RuntimeNotReady(
         f"the {exe!r} executable is not on PATH and no applied runtime provides it",
-        hint='run `kvenv apply`, then `eval "$(kvenv activate)"`, or pass --vllm PATH',
+        hint='run `kvenv apply`, then `eval "$(kvenv activate)"`, or pass --vllm PATH' + why,
     )
 
 

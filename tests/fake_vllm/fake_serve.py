@@ -9,6 +9,9 @@ Behaviour is chosen by ``FAKE_VLLM_MODE``:
 - ``ignore-term``: like ``ok`` but SIGTERM is ignored (only SIGKILL stops it).
 - ``worker``: like ``ok`` and also starts a worker process in the same process group that
   ignores SIGTERM and outlives the leader.
+- ``engine``: like ``ok``, shaped like vLLM's API server: once listening it starts an "engine
+  core" child that inherits the listening socket and itself starts a "worker" grandchild (both
+  stop on SIGTERM, as vLLM's do). A process of the tree left running keeps the port open.
 ``FAKE_VLLM_RECORD`` names a JSON file where it writes its argv, pid, worker pid and
 environment facts (the API key only as a sha256).
 """
@@ -18,6 +21,7 @@ import hashlib
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -57,6 +61,18 @@ def main() -> int:
         signal.signal(signal.SIGTERM, signal.SIG_IGN)
         time.sleep(600)
         return 0
+    if sys.argv[1:2] == ["--engine"]:  # holds the listening socket (argv[2]); starts a worker
+        signal.signal(signal.SIGTERM, lambda *_: os._exit(0))
+        held = socket.socket(fileno=int(sys.argv[2]))
+        child = subprocess.Popen([sys.executable, __file__, "--engine-worker"])
+        print(f"fake-vllm: engine core {os.getpid()} (worker {child.pid})", flush=True)
+        time.sleep(600)
+        held.close()
+        return 0
+    if sys.argv[1:2] == ["--engine-worker"]:
+        signal.signal(signal.SIGTERM, lambda *_: os._exit(0))
+        time.sleep(600)
+        return 0
     parser = argparse.ArgumentParser()
     parser.add_argument("command")
     parser.add_argument("model")
@@ -91,6 +107,13 @@ def main() -> int:
         return 3
     server = ThreadingHTTPServer((args.host, args.port), Handler)
     print(f"fake-vllm: Starting vLLM server on http://{args.host}:{args.port}", flush=True)
+    if MODE == "engine":
+        fd = server.socket.fileno()
+        engine = subprocess.Popen([sys.executable, __file__, "--engine", str(fd)], pass_fds=(fd,))
+        record["engine_pid"] = engine.pid
+        if os.environ.get("FAKE_VLLM_RECORD"):
+            with open(os.environ["FAKE_VLLM_RECORD"], "w") as handle:
+                json.dump(record, handle)
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
     while True:

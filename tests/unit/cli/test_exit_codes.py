@@ -30,6 +30,14 @@ KAGGLE_HOST = str(REPO / "profiles" / f"{KAGGLE}.host.json")
 CODES = ("0", "1", "2", "3", "other")
 
 
+def _free_port() -> str:
+    import socket
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return str(probe.getsockname()[1])
+
+
 def documented() -> dict[str, set[str]]:
     """command -> the codes its row of the "Every command" table lists."""
     text = DOC.read_text()
@@ -241,7 +249,16 @@ CASES: dict[tuple[str, str], Case] = {
         "inspect-shards", str(make_tp_checkpoint(w.dir / "c", 2)), "--tensor-parallel-size", "1"
     ),
     ("inspect-shards", "2"): lambda w: w.kvenv("inspect-shards", str(w.dir / "none")),
-    ("serve", "0"): lambda w: w.kvenv("serve", "m", "--dry-run", "--no-gpu-check"),
+    ("serve", "0"): lambda w: w.kvenv(
+        "serve",
+        "m",
+        "--dry-run",
+        "--no-gpu-check",
+        "--vllm",
+        sys.executable,
+        "--port",
+        _free_port(),
+    ),
     ("serve", "2"): lambda w: w.kvenv("serve", "m", "--dry-run", "--host", "0.0.0.0"),
     ("bundle", "0"): lambda w: w.kvenv(
         "bundle", w.profile, "-o", str(w.dir / "b0"), "--cache", str(w.dir / "cache")

@@ -402,9 +402,13 @@ def fake_exe(tmp_path: Path) -> str:
 
 
 def test_cli_dry_run(
-    profile: str, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+    profile: str,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+    fake_exe: str,
 ) -> None:
     monkeypatch.setenv("MY_KEY", KEY)
+    port = _free_port()
     code = main(
         [
             "serve",
@@ -415,7 +419,9 @@ def test_cli_dry_run(
             "--api-key-env",
             "MY_KEY",
             "--port",
-            "8123",
+            str(port),
+            "--vllm",
+            fake_exe,
             "--dry-run",
             "--",
             "--max-num-seqs",
@@ -423,15 +429,21 @@ def test_cli_dry_run(
         ]
     )
     captured = capsys.readouterr()
-    assert code == 0
+    assert code == 0, captured.err
     assert "# env VLLM_API_KEY=<value of $MY_KEY>" in captured.out
-    assert "--host 0.0.0.0 --port 8123" in captured.out and captured.out.rstrip().endswith(
+    assert f"--host 0.0.0.0 --port {port}" in captured.out and captured.out.rstrip().endswith(
         "--max-num-seqs 4"
     )
     assert KEY not in captured.out + captured.err
-    code = main(["serve", "m", "--profile", profile, "--dry-run", "--json", "-tp", "2"])
+    args = ["serve", "m", "--profile", profile, "--dry-run", "--json", "-tp", "2"]
+    code = main([*args, "--vllm", fake_exe, "--port", str(port)])
     data = json.loads(capsys.readouterr().out)
-    assert data["argv"][:3] == ["vllm", "serve", "m"] and data["url"] == "http://127.0.0.1:8000"
+    assert data["argv"][:3] == [fake_exe, "serve", "m"]
+    assert data["url"] == f"http://127.0.0.1:{port}"
+    # the real run's checks: `vllm` is neither on PATH nor in an applied runtime
+    monkeypatch.setenv("PATH", "/nonexistent")
+    assert main(["serve", "m", "--profile", profile, "--dry-run", "--port", str(port)]) != 0
+    assert "executable is not on PATH" in capsys.readouterr().err
 
 
 def test_cli_refuses_bad_options(profile: str, capsys: pytest.CaptureFixture[str]) -> None:
