@@ -195,6 +195,11 @@ class KvenvWarning(UserWarning):
     """Root of every warning kvenv issues through :mod:`warnings` (library code never prints)."""
 
 
+class NotAppliedWarning(KvenvWarning):
+    """``kvenv.activate()`` found nothing applied for the profile: it changed nothing and
+    returns False. The message names the profile, its root and the command that applies it."""
+
+
 class AlreadyImportedWarning(KvenvWarning):
     """Activation found a module of the overlay already imported from other files, at another
     version: the process keeps the loaded copy and may mix the two."""

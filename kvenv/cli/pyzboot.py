@@ -19,7 +19,8 @@ nothing from the archive into that process, whose own packages (attrs, packaging
 not be shadowed: it checks the interpreter and leaves ``activate(root=None)`` in the namespace
 it returns, which runs ``python FILE activate --shell json`` in a child (the file is checked
 there) and applies the result here as ``kvenv.activate()`` does (the generation's directories
-ahead of site-packages, their ``.pth`` files run, the variables set).
+ahead of site-packages, the ``.pth`` import lines its manifest lists run, nothing else in the
+directories executed; the variables set).
 
 A file that passed is sealed: its device, inode, size, mtime and ctime and its sha256 are
 recorded in the user's cache (:func:`seal_file`), and a later run of the unchanged file skips
@@ -236,7 +237,6 @@ def activate_here(root: str | None = None) -> bool:
     is refused or nothing is applied."""
     import importlib
     import json
-    import site
     import subprocess
 
     argv = [sys.executable, archive(), "activate", "--shell", "json"]
@@ -246,14 +246,14 @@ def activate_here(root: str | None = None) -> bool:
     data = json.loads(done.stdout)
     prepend = data.get("prepend", {})
     entries = list(prepend.get("PYTHONPATH", []))
-    before = list(sys.path)
-    for entry in entries:  # as kvenv.env.activation.activate_in_process
-        if entry in sys.path:
-            sys.path.remove(entry)
-        site.addsitedir(entry)  # runs the .pth files, import lines included
-    new = [p for p in sys.path if p not in before]
-    front = entries + [p for p in new if p not in entries]
-    sys.path[:] = front + [p for p in sys.path if p not in front]
+    # as kvenv.env.activation.activate_in_process: paths added, nothing in the directories
+    # executed; only the .pth import lines the manifest lists (its wheels' allowed ones) run
+    sys.path[:] = entries + [p for p in sys.path if p not in entries]
+    for line in data.get("pth_imports", []):
+        try:
+            exec(line)  # what site.addpackage does with such a line
+        except Exception as exc:
+            sys.stderr.write(f"kvenv: a .pth import line failed ({line!r}): {exc}\n")
     for name, values in prepend.items():
         current = [e for e in os.environ.get(name, "").split(os.pathsep) if e]
         os.environ[name] = os.pathsep.join(values + [e for e in current if e not in values])

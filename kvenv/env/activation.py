@@ -3,11 +3,17 @@
 
 Import order: the overlay, then the native dir, ahead of the host's site-packages, so the
 overlay wins over host copies but never over a protected package (none can be in those dirs:
-that is checked on every activation). ``.pth`` files in those dirs are honoured the way
-``site.addsitedir`` honours them: their path lines are expanded when the generation is built
-(into ``PYTHONPATH``, so shells get them) and their ``import`` lines run in-process by
-:func:`activate_in_process`, which uses ``site.addsitedir`` itself. PATH gets the generation's
-``bin``; LD_LIBRARY_PATH the host torch's ``lib`` and the driver/CUDA library dirs.
+that is checked on every activation). ``.pth`` files in those dirs are read when the generation
+is built, never at activation: their path lines are expanded into the manifest's
+``pythonpath`` (so shells get them) and their ``import`` lines recorded as ``pth_imports``.
+Activation adds paths and executes nothing it finds in the directories: a shell or ``kvenv
+run`` puts them on ``PYTHONPATH`` (whose entries are not site dirs: Python processes no
+``.pth`` there), and :func:`activate_in_process` puts them on ``sys.path`` (no
+``site.addsitedir``) and runs only the ``import`` lines the manifest lists as the wheels'
+allowed ones (``executable_pth``: ``[[overlay.allow_pth]]``). A ``.pth`` planted in a
+generation later is never executed by any activation (``verify`` reports it as added). PATH
+gets the generation's ``bin``; LD_LIBRARY_PATH the host torch's ``lib`` and the driver/CUDA
+library dirs.
 """
 
 from __future__ import annotations
@@ -35,12 +41,13 @@ from kvenv.env.shellrender import shim_texts_for
 from kvenv.errors import InputError, IntegrityError, RuntimeNotReady
 
 if TYPE_CHECKING:  # activation is on the hot path: import only what it runs
+    from kvenv.env.place import Place
     from kvenv.model.locations import Locations
     from kvenv.model.snapshot import HostSnapshot
 
 DEFAULT_DRIVER_DIRS = ("/usr/local/nvidia/lib64", "/usr/local/cuda/lib64")
 ENV_ACTIVE = "KVENV_ACTIVE_GENERATION"
-_ACTIVATED: set[str] = set()  # generations whose .pth files ran in this process
+_ACTIVATED: set[str] = set()  # generations whose .pth import lines ran in this process
 
 
 def read_pth_files(site_dir: Path, generation: Path) -> tuple[list[str], list[str], list[str]]:
@@ -322,17 +329,73 @@ def locate_manifest(
 ) -> Path | None:
     """The manifest to activate: the argument, ``$KVENV_MANIFEST``, else the current
     generation of the profile's runtime root. None when nothing was applied."""
+    return _locate(profile, manifest, root=root)[0]
+
+
+def _locate(
+    profile: str | None,
+    manifest: str | os.PathLike[str] | None,
+    *,
+    root: str | os.PathLike[str] | None = None,
+) -> tuple[Path | None, Place | None]:
+    """:func:`locate_manifest`, and the place it looked in (None for a given manifest)."""
     from kvenv.model.locations import ENV_MANIFEST
 
     if manifest is not None:
-        return Path(manifest)
+        return Path(manifest), None
     if profile is None and root is None and os.environ.get(ENV_MANIFEST):
-        return Path(os.environ[ENV_MANIFEST])
+        return Path(os.environ[ENV_MANIFEST]), None
     from kvenv.env.place import find_place  # the CLI's resolver (docs/places.md)
 
     place = find_place(profile, root=os.fspath(root) if root else None)
     place.check_owner()
-    return place.current_manifest_path()
+    return place.current_manifest_path(), place
+
+
+def _warn_not_applied(place: Place) -> None:
+    """A :class:`~kvenv.errors.NotAppliedWarning` naming the profile, its root and the command
+    that applies it, pointed at the caller outside kvenv."""
+    import warnings
+
+    from kvenv.env.liveimports import _caller_level
+    from kvenv.errors import NotAppliedWarning
+    from kvenv.model.locations import FROM_DEFAULT
+
+    loaded = place.loaded
+    name = loaded.profile.name
+    argument = name if loaded.origin == "builtin" else str(loaded.path)
+    command = f"kvenv apply {argument}"
+    if place.locations.root_from != FROM_DEFAULT:
+        command += f" --root {place.locations.root}"
+    warnings.warn(
+        f"nothing is applied for profile {name!r} in {place.locations.root} "
+        f"({place.locations.root_from}): kvenv.activate() changed nothing and returns False. "
+        f"Fix: run `{command}` first (in a notebook: `!{command}`), then activate again.",
+        NotAppliedWarning,
+        stacklevel=_caller_level(),
+    )
+
+
+def _run_pth_imports(loaded: Manifest) -> None:
+    """Run the ``.pth`` import lines of the generation that the manifest lists as its wheels'
+    (allowed) ones, in the activation's order, as ``site`` would (each line executed, a
+    failing one reported and skipped). Nothing is read from the directories."""
+    allowed = {hook.line.strip() for hook in loaded.executable_pth}
+    for line in loaded.activation.pth_imports:
+        if line.strip() not in allowed:
+            continue  # not a line a wheel of the manifest ships: never run
+        try:
+            exec(line)  # what site.addpackage does with such a line
+        except Exception as exc:
+            import warnings
+
+            from kvenv.errors import KvenvWarning
+
+            warnings.warn(
+                f"a .pth import line of the generation failed ({line!r}): {exc}",
+                KvenvWarning,
+                stacklevel=2,
+            )
 
 
 def _prepend_env(name: str, entries: Sequence[str]) -> None:
@@ -346,43 +409,45 @@ def activate_in_process(
     manifest: str | os.PathLike[str] | None = None,
     *,
     strict: bool = False,
+    check_imports: bool = True,
+    warn_not_applied: bool = True,
 ) -> bool:
     """Activate an applied generation in this interpreter and, through ``os.environ``, in its
-    child processes. False when nothing was applied; :class:`KvenvError` when it is broken.
+    child processes. False when nothing was applied (with a
+    :class:`~kvenv.errors.NotAppliedWarning` naming the profile, its root and the command that
+    applies it, unless ``warn_not_applied`` is False); :class:`KvenvError` when it is broken.
 
     The overlay's modules this process already imported at another version are reported
     first (:func:`kvenv.env.liveimports.check_live_imports`): a warning each, or with
-    ``strict`` a :class:`~kvenv.errors.ConflictError` before anything is changed."""
+    ``strict`` a :class:`~kvenv.errors.ConflictError` before anything is changed.
+    ``check_imports=False`` skips that, for a process that activates only to start others
+    (``kvenv serve``). Paths are added, nothing in the directories is executed (see the
+    module docstring)."""
     import importlib
-    import site
 
     from kvenv.env.manifest import read_manifest
 
-    path = locate_manifest(profile, manifest)
-    if path is None:
+    path, place = _locate(profile, manifest)
+    if path is None or (not path.exists() and manifest is None):
+        if place is not None and warn_not_applied:
+            _warn_not_applied(place)
         return False
     if not path.exists():
-        if manifest is not None:
-            raise InputError(f"manifest not found: {path}", hint="run `{kvenv apply}` first")
-        return False
+        raise InputError(f"manifest not found: {path}", hint="run `{kvenv apply}` first")
     from kvenv.env.root import check_manifest_file
 
     check_manifest_file(path.absolute())
     loaded = read_manifest(path)
     activation = activation_for(loaded)
-    from kvenv.env.liveimports import check_live_imports
+    if check_imports:
+        from kvenv.env.liveimports import check_live_imports
 
-    check_live_imports(loaded, strict=strict)
-    before = list(sys.path)
-    if loaded.generation not in _ACTIVATED:
-        for site_dir in activation.site_dirs:
-            if site_dir in sys.path:
-                sys.path.remove(site_dir)
-            site.addsitedir(site_dir)  # runs the .pth files, import lines included
-        _ACTIVATED.add(loaded.generation)
-    new = [p for p in sys.path if p not in before]
-    front = list(activation.pythonpath) + [p for p in new if p not in activation.pythonpath]
+        check_live_imports(loaded, strict=strict)
+    front = list(activation.pythonpath)  # the .pth path lines were expanded at apply
     sys.path[:] = front + [p for p in sys.path if p not in front]
+    if loaded.generation not in _ACTIVATED:
+        _ACTIVATED.add(loaded.generation)
+        _run_pth_imports(loaded)
     for name, entries in (
         ("PYTHONPATH", activation.pythonpath),
         ("PATH", activation.path),

@@ -7,7 +7,11 @@ changes anything, :func:`check_live_imports` compares the top-level modules ever
 of the generation provides (the manifest's ``top_level``) with ``sys.modules``: a module
 loaded from files outside the generation at another version (or one that cannot be told) is a
 :class:`LoadedClash`, issued as an :class:`~kvenv.errors.AlreadyImportedWarning`, or with
-``strict`` raised as a :class:`~kvenv.errors.ConflictError`. A module loaded from the
+``strict`` raised as a :class:`~kvenv.errors.ConflictError` naming each module, both versions
+and the fix. The fix fits the process: a restart in an interactive interpreter or kernel
+(:func:`interactive`), activating first in a script. A process that activates only to start
+others (``kvenv serve``: vLLM runs in a child) skips the check: nothing it imported matters
+to the child (``activate_in_process(check_imports=False)``). A module loaded from the
 generation itself (a second activation) or at the overlay's version is fine.
 
 Only modules already in ``sys.modules`` cost anything, so the check is cheap on the
@@ -35,6 +39,26 @@ RESTART_FIX = (
     "restart the kernel (or the interpreter), then call kvenv.activate() before importing "
     "anything else"
 )
+SCRIPT_FIX = (
+    "call kvenv.activate() at the top of the script, before anything imports these modules, "
+    "or run it under `kvenv run PROFILE -- python SCRIPT`, which activates before Python starts"
+)
+
+
+def interactive() -> bool:
+    """Whether this process is an interactive interpreter (a REPL, ``python -i``, an IPython
+    or Jupyter kernel), where a restart is what the user can do; else a script."""
+    return bool(
+        hasattr(sys, "ps1")
+        or sys.flags.interactive
+        or "ipykernel" in sys.modules
+        or "IPython" in sys.modules
+    )
+
+
+def fix_text() -> str:
+    """The fix for a clash, as fits this process (:func:`interactive`)."""
+    return RESTART_FIX if interactive() else SCRIPT_FIX
 
 
 @attrs.frozen
@@ -46,6 +70,13 @@ class LoadedClash:
     overlay_version: str
     loaded_version: str | None  # None: no distribution metadata and no __version__ found
     loaded_from: str | None  # None: a module without a file (built in, frozen)
+
+    def brief(self) -> str:
+        """``module (loaded V, overlay D V)``: one clash in a list."""
+        return (
+            f"{self.module} (loaded {self.loaded_version or 'an unknown version'}, the "
+            f"overlay's {self.distribution} {self.overlay_version})"
+        )
 
     def message(self) -> str:
         """One sentence: the module, what is loaded (version and path) and the overlay's."""
@@ -185,20 +216,23 @@ def check_live_imports(manifest: Manifest, *, strict: bool = False) -> list[Load
     clashes = loaded_clashes(manifest)
     if not clashes:
         return clashes
+    fix = fix_text()
     if strict:
+        if len(clashes) == 1:
+            head = f"module {clashes[0].brief()} is"
+        else:
+            head = f"{len(clashes)} modules are: " + ", ".join(c.brief() for c in clashes) + ";"
         raise ConflictError(
-            f"{len(clashes)} module(s) of the overlay are already imported in this process "
-            "at another version; activation would mix the two",
-            problems=[Problem(c.message()) for c in clashes],
-            hint=RESTART_FIX,
+            f"{head} already imported in this process at another version than the overlay's; "
+            "activation would mix the two",
+            problems=[Problem(c.message(), fix=fix) for c in clashes],
+            hint=fix,
         )
     import warnings
 
     level = _caller_level()
     for clash in clashes:
-        warnings.warn(
-            f"{clash.message()}. Fix: {RESTART_FIX}.", AlreadyImportedWarning, stacklevel=level
-        )
+        warnings.warn(f"{clash.message()}. Fix: {fix}.", AlreadyImportedWarning, stacklevel=level)
     return clashes
 
 

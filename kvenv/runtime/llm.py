@@ -153,14 +153,21 @@ def _try_import_vllm() -> ModuleType | None:
         ) from None
 
 
-def activate_runtime(profile: str | None) -> bool:
+def activate_runtime(profile: str | None, *, check_imports: bool = True) -> bool:
+    """Activate the applied runtime of ``profile`` in this process; False when there is none
+    (no warning: the caller says what is missing). ``check_imports=False``: this process only
+    starts others (``kvenv serve``), so what it imported does not matter."""
     try:
         from kvenv.env.activation import activate_in_process
     except ModuleNotFoundError as exc:
         if exc.name == "kvenv.env.activation":
             return False
         raise
-    return bool(activate_in_process(profile=profile, manifest=None))
+    return bool(
+        activate_in_process(
+            profile=profile, manifest=None, check_imports=check_imports, warn_not_applied=False
+        )
+    )
 
 
 # --- keywords ----------------------------------------------------------------------------------

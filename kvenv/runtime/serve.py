@@ -113,7 +113,7 @@ def installed_build(profile: str | None) -> vllmbuild.VllmBuild | None:
     from kvenv.runtime.llm import activate_runtime
 
     try:
-        activated = activate_runtime(profile)
+        activated = activate_runtime(profile, check_imports=False)
     except KvenvError:
         return None  # reported when the server is started (resolve_executable)
     return vllmbuild.find_build() if activated else None
@@ -693,7 +693,7 @@ def resolve_executable(config: ServeConfig, environ: Mapping[str, str] | None = 
 
     why = ""
     try:
-        if activate_runtime(config.profile) and shutil.which(exe) is not None:
+        if activate_runtime(config.profile, check_imports=False) and shutil.which(exe) is not None:
             return
     except KvenvError as exc:  # the runtime could not be activated: say why, in the hint
         why = f" (activating the applied runtime failed: {exc.message})"

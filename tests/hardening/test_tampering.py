@@ -165,3 +165,60 @@ def test_a_file_added_to_a_generation_is_detected_and_repaired(tmp_path: Path, k
     assert verify(old, host, locations=where) == []
     assert verify(manifest, host, locations=where) == []  # the kept previous one, repaired too
     assert _outside(tmp_path, where) == outside
+
+
+# -- a .pth planted in a generation is not executed by any activation ---------------------------
+
+
+def test_a_pth_planted_in_a_generation_is_not_executed_by_any_activation(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A ``.pth`` file added to a generation after apply (not in the manifest) never runs: not
+    in a shell activated by ``kvenv activate``, not under ``kvenv run``, not in-process
+    (``kvenv.activate()``). The control shows that ``site`` itself would run it."""
+    import subprocess
+    import sys
+
+    from kvenv.env.activation import activate_in_process
+
+    project, where, _, manifest = _applied(tmp_path)
+    overlay = Path(manifest.dirs.overlay)
+    marker = tmp_path / "planted-ran"
+    (overlay / "zz-planted.pth").write_text(f"import os; open({str(marker)!r}, 'w').close()\n")
+    control = subprocess.run(
+        [sys.executable, "-c", f"import site; site.addsitedir({str(overlay)!r})"], check=True
+    )
+    assert control.returncode == 0 and marker.exists()  # a site dir would run it
+    marker.unlink()
+    env = {k: os.environ[k] for k in ("PATH", "LANG") if k in os.environ}
+    env.update(HOME=str(tmp_path / "home"), XDG_CACHE_HOME=str(tmp_path / "xdg"))
+    kvenv = [sys.executable, "-m", "kvenv"]
+    args = [str(project.profile_path), "--root", str(where.root), "--cache", str(where.cache)]
+    run = subprocess.run(
+        [*kvenv, "run", *args, "--", "python3", "-c", "import helper"],
+        env=env,
+        capture_output=True,
+        text=True,
+    )
+    assert run.returncode == 0, run.stderr
+    assert not marker.exists(), "kvenv run executed a planted .pth"
+    activate = " ".join(f"'{a}'" for a in [*kvenv, "activate", *args, "--shell", "bash"])
+    shell = subprocess.run(
+        [
+            "bash",
+            "--noprofile",
+            "--norc",
+            "-c",
+            f'eval "$({activate})" && python3 -c "import helper"',
+        ],
+        env=env,
+        capture_output=True,
+        text=True,
+    )
+    assert shell.returncode == 0, shell.stderr
+    assert not marker.exists(), "an activated shell executed a planted .pth"
+    monkeypatch.setattr(os, "environ", dict(os.environ))
+    monkeypatch.setattr(sys, "path", list(sys.path))
+    path = where.generations / manifest.generation / "manifest.json"
+    assert activate_in_process(manifest=path) is True
+    assert not marker.exists(), "kvenv.activate() executed a planted .pth"

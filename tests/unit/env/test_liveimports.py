@@ -11,7 +11,7 @@ from types import ModuleType
 import pytest
 
 from kvenv.env.activation import activate_in_process
-from kvenv.env.liveimports import check_live_imports, loaded_clashes
+from kvenv.env.liveimports import RESTART_FIX, SCRIPT_FIX, check_live_imports, loaded_clashes
 from kvenv.env.manifest import Manifest, read_manifest
 from kvenv.errors import AlreadyImportedWarning, ConflictError
 from tests.support.applyenv import apply, fake_host_site, host_snapshot, locations, standard_project
@@ -87,10 +87,28 @@ def test_activation_warns_and_strict_refuses_before_changing_anything(
     before = list(sys.path)
     with pytest.raises(ConflictError) as refused:
         activate_in_process(manifest=path, strict=True)
-    assert "1 module(s) of the overlay are already imported" in refused.value.message
-    assert len(refused.value.problems) == 1 and refused.value.problems[0].fix is None
-    assert "restart the kernel" in (refused.value.hint or "")
+    assert refused.value.message == (
+        "module helper (loaded 1.5, the overlay's helper 2.0) is already imported in this "
+        "process at another version than the overlay's; activation would mix the two"
+    )
+    assert len(refused.value.problems) == 1
+    assert refused.value.problems[0].fix == SCRIPT_FIX  # pytest is no interactive interpreter
+    assert refused.value.hint == SCRIPT_FIX
     assert sys.path == before
+    monkeypatch.setattr(sys, "ps1", ">>> ", raising=False)  # an interactive interpreter
+    monkeypatch.setitem(sys.modules, "nativepkg", _module("nativepkg", tmp_path / "s2", "0.5"))
+    with pytest.raises(ConflictError) as refused:
+        activate_in_process(manifest=path, strict=True)
+    assert refused.value.message.startswith(
+        "2 modules are: nativepkg (loaded 0.5, the overlay's nativepkg 1.0), helper (loaded "
+        "1.5, the overlay's helper 2.0); already imported"
+    ) or refused.value.message.startswith(
+        "2 modules are: helper (loaded 1.5, the overlay's helper 2.0), nativepkg (loaded "
+        "0.5, the overlay's nativepkg 1.0); already imported"
+    )
+    assert refused.value.hint == RESTART_FIX and "restart the kernel" in RESTART_FIX
+    monkeypatch.delattr(sys, "ps1")
+    monkeypatch.delitem(sys.modules, "nativepkg")
     with pytest.warns(AlreadyImportedWarning, match=r"'helper' is already imported \(1\.5") as w:
         check_live_imports(manifest)
     assert w[0].filename == __file__  # pointed at the caller outside kvenv
@@ -135,3 +153,49 @@ def test_the_runtime_activating_on_demand_warns_too(
     monkeypatch.setitem(sys.modules, "helper", _module("helper", tmp_path / "site", "1.5"))
     with pytest.warns(AlreadyImportedWarning, match=r"the overlay provides helper 2\.0"):
         assert activate_runtime(str(project.profile_path)) is True
+
+
+def test_a_process_that_only_starts_others_skips_the_check(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``kvenv serve`` activates to find vLLM for a child process: nothing this process
+    imported matters there, so no live-kernel warning (issue 37)."""
+    import os
+    import warnings
+
+    from kvenv.runtime.llm import activate_runtime
+
+    project = standard_project(tmp_path / "proj")
+    host = host_snapshot(fake_host_site(tmp_path / "host"))
+    apply(project.loaded(), project.lock(), host, locations(tmp_path))
+    monkeypatch.setenv("KVENV_ROOT", str(tmp_path / "root"))
+    monkeypatch.setenv("KVENV_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.setattr(os, "environ", dict(os.environ))
+    monkeypatch.setattr(sys, "path", list(sys.path))
+    monkeypatch.setitem(sys.modules, "helper", _module("helper", tmp_path / "site", "1.5"))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert activate_runtime(str(project.profile_path), check_imports=False) is True
+
+
+def test_nothing_applied_warns_naming_profile_root_and_command(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import os
+
+    from kvenv.errors import NotAppliedWarning
+
+    project = standard_project(tmp_path / "proj")
+    root = tmp_path / "empty-root"
+    monkeypatch.setenv("KVENV_ROOT", str(root))
+    monkeypatch.setenv("KVENV_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.delenv("KVENV_MANIFEST", raising=False)
+    monkeypatch.setattr(os, "environ", dict(os.environ))
+    monkeypatch.setattr(sys, "path", list(sys.path))
+    with pytest.warns(NotAppliedWarning) as caught:
+        assert activate_in_process(str(project.profile_path)) is False
+    (warning,) = caught
+    text = str(warning.message)
+    assert f"nothing is applied for profile {project.loaded().profile.name!r} in {root}" in text
+    assert f"run `kvenv apply {project.profile_path} --root {root}` first" in text
+    assert warning.filename == __file__  # pointed at the caller

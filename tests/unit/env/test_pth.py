@@ -124,3 +124,34 @@ def test_plan_reports_pth_lines_of_stored_wheels_and_defers_the_rest(
     assert not compatible
     evil_found = [m for s, m in found if s == "error"]
     assert len(evil_found) == 1 and "evil 1.0" in evil_found[0] and "evil.pth" in evil_found[0]
+
+
+def test_in_process_activation_runs_only_the_manifests_pth_lines(
+    env: tuple[Project, Locations, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``kvenv.activate()`` adds paths and executes nothing it finds in the directories: the
+    allowed hook the manifest lists runs, a ``.pth`` planted afterwards (an import line and a
+    path line) does not (issue 38)."""
+    import os
+    import sys
+
+    from kvenv.env.activation import activate_in_process
+
+    project, where, site = env
+    apply(project.loaded(), project.lock(), host_snapshot(site), where, jobs=2)
+    _, manifest = current_state(where)
+    assert manifest is not None
+    overlay = Path(manifest.dirs.overlay)
+    (tmp_path / "planted-dir").mkdir()
+    (overlay / "zz-planted.pth").write_text(
+        f"{tmp_path / 'planted-dir'}\nimport os; os.environ['PLANTED_RAN'] = '1'\n"
+    )
+    monkeypatch.setattr(os, "environ", dict(os.environ))
+    monkeypatch.setattr(sys, "path", list(sys.path))
+    os.environ.pop("HELPER_PTH", None)
+    path = Path(manifest.dirs.native).parent / "manifest.json"
+    assert activate_in_process(manifest=path) is True
+    assert os.environ.get("HELPER_PTH") == "ran"  # allowed by the profile, listed: it runs
+    assert "PLANTED_RAN" not in os.environ
+    assert str(tmp_path / "planted-dir") not in sys.path
+    assert sys.path[: len(manifest.activation.pythonpath)] == manifest.activation.pythonpath

@@ -433,7 +433,7 @@ def _activation_module(result: bool | Exception, fix_path: bool) -> types.Module
     module = types.ModuleType("kvenv.env.activation")
     seen: list[dict[str, Any]] = []
 
-    def activate_in_process(*, profile: str | None, manifest: object) -> bool:
+    def activate_in_process(*, profile: str | None, manifest: object, **options: bool) -> bool:
         seen.append({"profile": profile, "manifest": manifest})
         if isinstance(result, Exception):
             raise result

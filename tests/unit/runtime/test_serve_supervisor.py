@@ -241,3 +241,52 @@ def test_dry_run_refuses_what_the_real_run_refuses(
         taken = str(busy.getsockname()[1])
         assert main([*base[:1], "org/model", *base[1:], "--port", taken, "--dry-run"]) == 2
         assert "already in use" in capsys.readouterr().err
+
+
+def test_a_command_line_serve_prints_no_live_kernel_warning(
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capfd: pytest.CaptureFixture[str],
+    fake_exe: str,
+) -> None:
+    """serve activates the applied runtime to find vLLM for a child process: a module kvenv's
+    own process imported at another version than the overlay's is no clash for it (issue 37:
+    every CLI serve printed an AlreadyImportedWarning about setuptools/_distutils_hack)."""
+    import types
+    import warnings
+
+    from tests.support.applyenv import (
+        apply,
+        fake_host_site,
+        host_snapshot,
+        locations,
+        standard_project,
+    )
+
+    project = standard_project(tmp_path / "proj")
+    apply(
+        project.loaded(),
+        project.lock(),
+        host_snapshot(fake_host_site(tmp_path / "h")),
+        locations(tmp_path),
+    )
+    monkeypatch.setenv("KVENV_ROOT", str(tmp_path / "root"))
+    monkeypatch.setenv("KVENV_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.setattr(os, "environ", dict(os.environ))
+    monkeypatch.setattr(sys, "path", list(sys.path))
+    site = tmp_path / "elsewhere"
+    (site / "helper").mkdir(parents=True)
+    (site / "helper" / "__init__.py").write_text("")
+    (site / "helper-1.5.dist-info").mkdir()
+    (site / "helper-1.5.dist-info" / "METADATA").write_text("Name: helper\nVersion: 1.5\n")
+    loaded = types.ModuleType("helper")
+    loaded.__file__ = str(site / "helper" / "__init__.py")
+    monkeypatch.setitem(sys.modules, "helper", loaded)  # the overlay has helper 2.0
+    argv = ["serve", "org/model", "--profile", str(project.profile_path), "--dry-run"]
+    argv += ["--vllm", fake_exe, "--no-gpu-check", "--port", str(_free_port())]
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert main(argv) == 0
+    captured = capfd.readouterr()
+    assert "Warning" not in captured.err and "restart the kernel" not in captured.err
+    assert os.environ.get("KVENV_ACTIVE_GENERATION")  # it did activate the runtime
