@@ -379,7 +379,9 @@ class Recording:
 
             cache = ArtifactCache(locations.cache)
             found = [memo.dep("tree", [str(cache.entry(sha)), False]) for sha in shas]
-            markers = [str(entry_dir(locations.store, sha) / MARKER) for sha in made["entries"]]
+            lib = [made["kvenv_lib"]] if made.get("kvenv_lib") else []  # kvenv.env.kvenvlib
+            shown = [*made["entries"], *lib]
+            markers = [str(entry_dir(locations.store, sha) / MARKER) for sha in shown]
             found += [memo.dep("bytes", marker) for marker in markers]
             if bundle:
                 found.append(memo.dep("tree", [_bundle_path(bundle), True]))

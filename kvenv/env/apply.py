@@ -820,7 +820,7 @@ def build_manifest(run: _Run) -> Manifest:
     from kvenv.env.kvenvlib import expose_kvenv
 
     provided = [d.name for d in host.distributions] + [d.name for d in installed]
-    lib_notes = expose_kvenv(gen, provided)
+    lib_key, lib_notes = expose_kvenv(gen, provided, run.locations.store)
     activation, notes = build_activation(
         generation=gen,
         overlay=overlay_layout.site,
@@ -861,6 +861,7 @@ def build_manifest(run: _Run) -> Manifest:
         notes=notes + lib_notes,
         conflicts=conflicts,
         executable_pth=hooks,
+        kvenv_lib=Sha256(lib_key),
     )
 
 

@@ -43,20 +43,24 @@ def store_damage(store: Path, sha256: str) -> Damage | None:
 
 
 def _bytecode_damage(path: Path) -> Damage | None:
-    """A bytecode entry (:mod:`kvenv.env.bytecode`) whose seal is broken in any way: its bytes
-    are derived, so it is removed (``kvenv cache prune``) and compiled again, never checked."""
+    """A bytecode entry (:mod:`kvenv.env.bytecode`) or kvenv-lib entry
+    (:mod:`kvenv.env.kvenvlib`) whose seal is broken in any way: its bytes are derived (compiled,
+    or copied from kvenv's package), so it is removed (``kvenv cache prune``) and made again by
+    the next apply, never checked."""
     import json
 
     from kvenv.env.bytecode import BYTECODE_KIND
+    from kvenv.env.kvenvlib import LIB_KIND
 
     try:
         kind = json.loads((path / MARKER).read_bytes()).get("kind")
     except (OSError, ValueError, AttributeError):
         return None
-    broken = seal_problem(path) if kind == BYTECODE_KIND else None
+    broken = seal_problem(path) if kind in (BYTECODE_KIND, LIB_KIND) else None
     if broken is None:
         return None
-    return Damage("store", str(broken.path), f"bytecode entry: {broken.message}")
+    what = "bytecode entry" if kind == BYTECODE_KIND else "kvenv-lib's store entry"
+    return Damage("store", str(broken.path), f"{what}: {broken.message}")
 
 
 def generation_damage(manifest: Manifest, locations: Locations) -> list[Damage]:
@@ -72,6 +76,10 @@ def generation_damage(manifest: Manifest, locations: Locations) -> list[Damage]:
         problem = cache.check(dist.wheel_sha256, rehash=False)
         if problem is not None:
             out.append(Damage("cache", str(cache.entry(dist.wheel_sha256)), problem))
+    if manifest.kvenv_lib is not None:  # kvenv-lib's entry (kvenv.env.kvenvlib): sealed too
+        found = _bytecode_damage(locations.store / manifest.kvenv_lib)  # gone: no damage, as
+        if found is not None:  # for a wheel's entry (the generation holds its own links)
+            out.append(found)
     return out
 
 

@@ -139,6 +139,9 @@ class Manifest:
     conflicts: list[FileConflict] = attrs.field(factory=list)
     # executable .pth lines the generation's wheels ship (each allowed by the profile)
     executable_pth: list[ExecutablePth] = attrs.field(factory=list)
+    # the store entry kvenv-lib was linked from: the sha256 of its listing (kvenv.env.kvenvlib);
+    # None in generations made before kvenv-lib was a store entry (symlinks then)
+    kvenv_lib: Sha256 | None = None
 
     @property
     def generation(self) -> str:

@@ -57,7 +57,7 @@ if TYPE_CHECKING:  # no ``typing`` at run time
     from collections.abc import Callable, Iterable, Mapping, Sequence
     from typing import Any
 
-RECIPE_FORMAT = 2  # 2: kvenv-lib's links (kvenv.env.kvenvlib)
+RECIPE_FORMAT = 3  # 2: kvenv-lib's links; 3: kvenv-lib's store entry (kvenv.env.kvenvlib)
 _LAYOUT = ("native", "overlay", "bin")  # the manifest's dirs: made even when empty
 
 
@@ -149,12 +149,9 @@ def recipe(
                 with open(record, encoding="utf-8") as stream:
                     records.append([_under(record, gen), stream.read()])
         layout = [_under(manifest["dirs"][name], gen) for name in _LAYOUT]
-        lib = f"{gen}/{KVENV_LIB}"
-        kvenv_lib = (
-            [[name, os.readlink(f"{lib}/{name}")] for name in sorted(os.listdir(lib))]
-            if os.path.isdir(lib)
-            else None
-        )
+        kvenv_lib = manifest.get("kvenv_lib")  # the store entry it was linked from
+        if kvenv_lib is None and os.path.isdir(f"{gen}/{KVENV_LIB}"):
+            return None  # an older generation's links into kvenv's installation: not reused
     except (OSError, ValueError, KeyError, TypeError):
         return None
     if not isinstance(manifest, dict) or not _rebasable(
@@ -239,14 +236,6 @@ def _usable(data: Any, root: str, generation: str) -> bool:
         )
     except (KeyError, TypeError, AttributeError):
         return False
-
-
-def _plain_name(name: object) -> str:
-    """A directory entry's name: no separator, not ``.``/``..``, not empty."""
-    text = str(name)
-    if not text or "/" in text or text in (".", ".."):
-        raise ValueError(name)
-    return text
 
 
 def _relative(path: object) -> str:
@@ -368,7 +357,7 @@ def replay(
         known = set(entries)
         layout = [_relative(d) for d in recipe["layout"]]
         lib = recipe["kvenv_lib"]
-        kvenv_lib = None if lib is None else [(_plain_name(n), str(t)) for n, t in lib]
+        kvenv_lib = None if lib is None else _entry_name(lib)
         groups = [_group(group, known) for group in recipe["links"]]
         scripts = [(_relative(d), _relative(s), int(m) & 0o7777) for d, s, m in recipe["scripts"]]
         for _, source, _ in scripts:
@@ -450,7 +439,7 @@ def _build(
     scripts: Sequence[tuple[str, str, int]],
     records: Sequence[tuple[str, str]],
     manifest: dict[str, Any],
-    kvenv_lib: Sequence[tuple[str, str]] | None,
+    kvenv_lib: str | None,
 ) -> Built:
     from kvenv.env.shellrender import path_with_interpreter, shim_texts_for
 
@@ -459,10 +448,16 @@ def _build(
     kill_point("verify")
     for directory in layout:
         (gen / directory).mkdir(parents=True, exist_ok=True)
-    if kvenv_lib is not None:  # the same links the full path made (kvenv.env.kvenvlib)
-        (gen / KVENV_LIB).mkdir()
-        for name, target in kvenv_lib:
-            os.symlink(target, gen / KVENV_LIB / name, target_is_directory=os.path.isdir(target))
+    if kvenv_lib is not None:  # linked from its sealed store entry, as the full path does
+        from kvenv.env.kvenvlib import link_lib
+        from kvenv.env.seal import seal_problem
+
+        if seal_problem(store / kvenv_lib) is not None:
+            raise _Unsealed  # the full path makes the entry again
+        try:
+            link_lib(store, kvenv_lib, gen)
+        except OSError:
+            raise _Unsealed from None
     if link_checked(by_dir, jobs=jobs) is not None:
         raise _Unsealed  # changed since the check above, or not linkable: the full path's
     kill_point("install-native")

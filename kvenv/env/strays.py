@@ -13,10 +13,11 @@ listed module, ``<dir>/__pycache__/<stem>.<tag>[.opt-N].pyc`` for a listed ``<di
 (Such a file is not compared with its source: Python does that itself, by the source's
 modification time and size.)
 
-``kvenv-lib`` (:mod:`kvenv.env.kvenvlib`) is known too, and held to what it may hold: only
-symlinks, each named after one of the import names kvenv links there (kvenv's own package and
-those of ``kvenv.runtime``'s requirements) and pointing at a directory or module of that name.
-Anything else in it (a ``sitecustomize.py``, a ``.pth``, a link under another name) is on the
+``kvenv-lib`` (:mod:`kvenv.env.kvenvlib`) is known too, and held to what it may hold: the files
+its listing (recorded in the manifest by its sha256) names, and Python's byte code of those
+modules; in a generation made before ``kvenv-lib`` was a store entry, only symlinks, each named
+after one of the import names kvenv linked there and pointing at a directory or module of that
+name. Anything else in it (a ``sitecustomize.py``, a ``.pth``, a link under another name) is on the
 ``PYTHONPATH`` of every activated process, and is reported like any added file.
 """
 
@@ -87,6 +88,29 @@ def _kvenv_lib_strays(lib: str) -> list[str]:
     return found
 
 
+def _lib_strays(generation: str, key: str) -> list[str]:
+    """The files of ``kvenv-lib`` (a store entry's copy: :mod:`kvenv.env.kvenvlib`) that its
+    listing does not hold, Python's own byte code of a listed module aside; every one when the
+    listing is not the recorded one. Symlinks are never followed."""
+    from kvenv.env.kvenvlib import listed_lib_files
+
+    lib = os.path.join(generation, KVENV_LIB)
+    if os.path.islink(lib) or not os.path.isdir(lib):
+        return [lib]
+    listed = listed_lib_files(Path(generation), key) or set()
+    found: list[str] = []
+    for current, dirs, files in os.walk(lib):
+        for name in list(dirs):
+            if os.path.islink(os.path.join(current, name)):
+                dirs.remove(name)
+                files.append(name)
+        for name in files:
+            path = os.path.normpath(os.path.join(current, name))
+            if path not in listed and not _byte_code(path, listed):
+                found.append(path)
+    return found
+
+
 def stray_files(manifest: Manifest) -> list[str]:
     """The files, symlinks and other entries in the generation that its manifest does not
     list, sorted (directories are not reported: the files they hold are). Symlinks are never
@@ -101,7 +125,10 @@ def stray_files(manifest: Manifest) -> list[str]:
         if name in _LAYERS and os.path.isdir(path) and not os.path.islink(path):
             continue
         if name == KVENV_LIB:
-            found.extend(_kvenv_lib_strays(path))
+            if manifest.kvenv_lib is not None:
+                found.extend(_lib_strays(generation, manifest.kvenv_lib))
+            else:  # an older generation's links into kvenv's installation
+                found.extend(_kvenv_lib_strays(path))
             continue
         if os.path.normpath(path) not in listed:
             found.append(path)

@@ -1,7 +1,8 @@
 """``kvenv status`` and ``kvenv verify``: what is applied, and does it still match.
 
 ``verify`` re-hashes every installed file against its distribution's RECORD (in threads: the
-hashing releases the GIL), checks each RECORD against the digest the manifest recorded, that no
+hashing releases the GIL) and every file of ``kvenv-lib`` against its listing
+(:mod:`kvenv.env.kvenvlib`), checks each RECORD against the digest the manifest recorded, that no
 file was added to the generation (:mod:`kvenv.env.strays`), that no protected import name
 appeared in the generation, and that the protected host packages are still at the versions
 recorded when the generation was applied.
@@ -135,6 +136,12 @@ def verify_files(manifest: Manifest, *, jobs: int = 8) -> list[Drift]:
             items.append((Path(os.path.normpath(site / row[0])), algorithm, value, row[2]))
     with ThreadPoolExecutor(max(1, jobs), thread_name_prefix="kvenv-verify") as pool:
         drifts.extend(d for d in pool.map(_check_file, items, chunksize=64) if d is not None)
+    if manifest.kvenv_lib is not None:  # kvenv's own copy, held to its listing
+        from kvenv.env.kvenvlib import lib_drift
+        from kvenv.env.strays import generation_path
+
+        for kind, path, message in lib_drift(generation_path(manifest), manifest.kvenv_lib):
+            drifts.append(Drift("missing" if kind == "missing" else "modified", path, message))
     return drifts
 
 

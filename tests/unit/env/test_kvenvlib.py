@@ -1,5 +1,6 @@
 """kvenv-lib: a script run in a generation imports kvenv.runtime from a host interpreter that
-lacks kvenv, and nothing else of kvenv's environment leaks onto its path."""
+lacks kvenv, nothing else of kvenv's environment leaks onto its path, and the generation does
+not depend on kvenv's own installation (a sealed store copy, checked by verify)."""
 
 from __future__ import annotations
 
@@ -10,8 +11,10 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from kvenv.env.activation import build_activation
-from kvenv.env.kvenvlib import KVENV_LIB, RUNTIME_REQUIREMENTS, expose_kvenv, links_for
+from kvenv.env.kvenvlib import KVENV_LIB, RUNTIME_REQUIREMENTS, expose_kvenv, sources_for
 from tests.support.paths import REPO
 
 _IMPORTS = """
@@ -37,13 +40,13 @@ def test_the_requirements_are_what_the_runtime_imports() -> None:
     assert imported <= listed, f"kvenv.runtime imports {sorted(imported - listed)} too"
 
 
-def test_only_what_is_missing_is_linked() -> None:
-    links, notes = links_for([])
-    assert {"kvenv", "attr", "attrs", "cattrs", "packaging", "typing_extensions.py"} == set(links)
-    assert (links["kvenv"] / "runtime" / "__init__.py").is_file()
+def test_only_what_is_missing_is_copied() -> None:
+    sources, notes = sources_for([])
+    assert {"kvenv", "attr", "attrs", "cattrs", "packaging", "typing_extensions.py"} == set(sources)
+    assert (sources["kvenv"] / "runtime" / "__init__.py").is_file()
     assert notes == []
     everything = ["kvenv-overlay", "attrs", "cattrs", "Packaging", "typing_extensions"]
-    assert links_for(everything) == ({}, [])  # the host's (or overlay's) copies win
+    assert sources_for(everything) == ({}, [])  # the host's (or overlay's) copies win
 
 
 def _bare_python(tmp_path: Path) -> Path:
@@ -63,9 +66,11 @@ def test_a_generation_script_imports_kvenv_runtime_without_shadowing(tmp_path: P
     import packaging
 
     shutil.copytree(Path(packaging.__file__).parent, overlay / "packaging")  # the overlay's
-    assert expose_kvenv(generation, provided=["packaging"]) == []
+    _, notes = expose_kvenv(generation, ["packaging"], tmp_path / "store")
+    assert notes == []
     lib = generation / KVENV_LIB
     assert sorted(p.name for p in lib.iterdir()) == [
+        ".kvenv-lib.json",
         "attr",
         "attrs",
         "cattrs",
@@ -102,3 +107,65 @@ def test_a_generation_script_imports_kvenv_runtime_without_shadowing(tmp_path: P
     assert lines[1] == str(overlay / "packaging" / "__init__.py")  # the overlay's, not kvenv's
     # kvenv's own environment has both; only what kvenv-lib links is visible
     assert lines[2:] == ["absent filelock", "absent huggingface_hub"]
+
+
+def test_a_generation_outlives_kvenvs_own_installation(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """kvenv installed one way applies; its installation is then removed (as `pip install -e .`
+    over a regular install removes the regular one): `kvenv run ... python -c 'import
+    kvenv.runtime'` still works from the generation's own copy, and verify passes; a change to
+    that copy, or a file added to it, is drift (issue 37)."""
+    from kvenv.env import kvenvlib
+    from kvenv.env.root import current_state
+    from kvenv.env.verify import verify
+    from tests.support.applyenv import apply, fake_host_site, host_snapshot, local_project
+    from tests.support.applyenv import locations as where_of
+
+    installed = tmp_path / "site-packages-of-kvenv"
+    shutil.copytree(
+        REPO / "kvenv", installed / "kvenv", ignore=shutil.ignore_patterns("__pycache__")
+    )
+    real = kvenvlib._location
+    monkeypatch.setattr(
+        kvenvlib, "_location", lambda name: installed / "kvenv" if name == "kvenv" else real(name)
+    )
+    project = local_project(tmp_path / "proj")
+    where = where_of(tmp_path)
+    host = host_snapshot(fake_host_site(tmp_path))
+    assert apply(project.loaded(), project.lock(), host, where).status == "applied"
+    manifest = current_state(where)[1]
+    assert manifest is not None and manifest.kvenv_lib is not None
+    shutil.rmtree(installed)  # kvenv's installation is gone
+    python = _bare_python(tmp_path)
+    code = (
+        "import kvenv, kvenv.runtime\n"
+        "from kvenv.runtime.llm import runtime_defaults\n"
+        "runtime_defaults('demo')\n"
+        "print(kvenv.__file__)\n"
+    )
+    env = {k: os.environ[k] for k in ("PATH", "LANG") if k in os.environ}
+    env.update(HOME=str(tmp_path / "home"), XDG_CACHE_HOME=str(tmp_path / "xdg"))
+    args = [str(project.profile_path), "--root", str(where.root), "--cache", str(where.cache)]
+    done = subprocess.run(
+        [sys.executable, "-m", "kvenv", "run", *args, "--", str(python), "-c", code],
+        env=env,
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+    )
+    assert done.returncode == 0, done.stderr
+    generation = where.generations / manifest.generation
+    assert done.stdout.strip() == str(generation / KVENV_LIB / "kvenv" / "__init__.py")
+    assert verify(manifest, host, locations=where) == []
+    # the copy is held to its listing: an edit (the store's inode too) and an added file
+    edited = generation / KVENV_LIB / "kvenv" / "__init__.py"
+    edited.chmod(0o644)
+    with edited.open("a") as stream:
+        stream.write("# changed\n")
+    added = generation / KVENV_LIB / "sitecustomize.py"
+    added.write_text("print('added')\n")
+    drifts = {(d.kind, d.path) for d in verify(manifest, host, locations=where)}
+    assert ("modified", str(edited)) in drifts
+    assert ("added", str(added)) in drifts
+    assert any(kind == "store" for kind, _ in drifts)  # the sealed entry saw it too

@@ -84,32 +84,34 @@ def test_an_added_file_in_any_directory_is_found_and_only_it_removed(
     assert all(path.is_relative_to(p) for p in made_for_it), made_for_it  # only its own dirs
 
 
-@pytest.mark.parametrize("kind", ["sitecustomize", "pth", "renamed-link", "foreign-link"])
-def test_kvenv_lib_holds_only_the_links_kvenv_makes(
+@pytest.mark.parametrize("kind", ["sitecustomize", "pth", "link", "module-in-package"])
+def test_kvenv_lib_holds_only_the_files_its_listing_names(
     generation: tuple[Path, Manifest], kind: str
 ) -> None:
-    """kvenv-lib is last on every activated process's PYTHONPATH: its own links pass, anything
-    else in it is an added file, found and removed, and the links stay."""
+    """kvenv-lib (a copy of kvenv from its sealed store entry) is last on every activated
+    process's PYTHONPATH: the files its listing names pass, and Python's own byte code of them;
+    anything else in it is an added file, found and removed, and the copy stays."""
     gen, manifest = generation
     lib = gen / "kvenv-lib"
-    links = sorted(lib.iterdir())
-    assert links and all(p.is_symlink() for p in links)  # kvenv itself at least
-    kvenv_link = lib / "kvenv"
+    assert manifest.kvenv_lib is not None
+    init = lib / "kvenv" / "__init__.py"
+    assert init.is_file() and not init.is_symlink()
+    own = lib / "kvenv" / "__pycache__" / "__init__.cpython-311.pyc"
+    own.parent.mkdir(exist_ok=True)
+    own.write_bytes(b"python's own")  # beside a listed module: not added
     if kind == "sitecustomize":
         added = lib / "sitecustomize.py"
         added.write_text("print('owned')\n")
     elif kind == "pth":
         added = lib / "zz.pth"
         added.write_text("import os\n")
-    elif kind == "renamed-link":
+    elif kind == "link":
         added = lib / "sitecustomize"
-        added.symlink_to(kvenv_link.readlink(), target_is_directory=True)
-    else:
-        added = lib / "attrs"
-        if added.is_symlink():
-            added.unlink()
         added.symlink_to(gen / "overlay" / "helper", target_is_directory=True)
+    else:
+        added = lib / "kvenv" / "evil.py"
+        added.write_text("X = 1\n")
     assert stray_files(manifest) == [str(added)]
     assert remove_strays(manifest) == [str(added)]
     assert stray_files(manifest) == []
-    assert kvenv_link.is_symlink()
+    assert init.is_file() and own.is_file()
