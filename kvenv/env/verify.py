@@ -142,7 +142,30 @@ def verify_files(manifest: Manifest, *, jobs: int = 8) -> list[Drift]:
 
         for kind, path, message in lib_drift(generation_path(manifest), manifest.kvenv_lib):
             drifts.append(Drift("missing" if kind == "missing" else "modified", path, message))
+    else:
+        drifts += _dangling_lib_links(manifest)
     return drifts
+
+
+def _dangling_lib_links(manifest: Manifest) -> list[Drift]:
+    """An older generation's ``kvenv-lib`` links (into the installation of the kvenv that
+    applied it) whose target is gone: ``import kvenv`` fails in that generation."""
+    from kvenv.env.rootfiles import KVENV_LIB
+    from kvenv.env.strays import generation_path
+
+    lib = generation_path(manifest) / KVENV_LIB
+    if not lib.is_dir() or lib.is_symlink():
+        return []
+    return [
+        Drift(
+            "missing",
+            str(link),
+            f"{link} points into an installation of kvenv that is gone ({os.readlink(link)}); "
+            "a fresh generation holds its own copy",
+        )
+        for link in sorted(lib.iterdir())
+        if link.is_symlink() and not link.exists()
+    ]
 
 
 def verify_not_shadowing(manifest: Manifest) -> list[Drift]:

@@ -169,3 +169,34 @@ def test_a_generation_outlives_kvenvs_own_installation(
     assert ("modified", str(edited)) in drifts
     assert ("added", str(added)) in drifts
     assert any(kind == "store" for kind, _ in drifts)  # the sealed entry saw it too
+
+
+def test_an_older_generations_dangling_links_are_drift(tmp_path: Path) -> None:
+    """A generation applied before kvenv-lib was a store entry holds symlinks into kvenv's
+    installation: once that is gone, verify says so (it used to pass)."""
+    import attrs
+
+    from kvenv.env.root import current_state
+    from kvenv.env.seal import remove_sealed
+    from kvenv.env.verify import verify
+    from tests.support.applyenv import apply, fake_host_site, host_snapshot, local_project
+    from tests.support.applyenv import locations as where_of
+
+    project = local_project(tmp_path / "proj")
+    where = where_of(tmp_path)
+    host = host_snapshot(fake_host_site(tmp_path))
+    apply(project.loaded(), project.lock(), host, where)
+    manifest = current_state(where)[1]
+    assert manifest is not None
+    lib = where.generations / manifest.generation / KVENV_LIB
+    remove_sealed(lib)
+    lib.mkdir()
+    installed = tmp_path / "old-install" / "kvenv"
+    installed.mkdir(parents=True)
+    (lib / "kvenv").symlink_to(installed, target_is_directory=True)
+    old = attrs.evolve(manifest, kvenv_lib=None)
+    assert verify(old, host) == []
+    shutil.rmtree(installed.parent)  # the installation is replaced
+    (drift,) = verify(old, host)
+    assert (drift.kind, drift.path) == ("missing", str(lib / "kvenv"))
+    assert "installation of kvenv that is gone" in drift.message
