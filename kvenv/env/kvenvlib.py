@@ -88,7 +88,7 @@ def sources_for(provided: Iterable[str]) -> tuple[dict[str, Path], list[str]]:
             if target is None:
                 notes.append(f"{KVENV_LIB}: {name} ({dist}) is not importable by kvenv itself")
                 continue
-            if not (target.is_dir() or target.suffix == ".py"):  # kvenv runs from a zip app
+            if not (target.is_dir() or (target.suffix == ".py" and target.is_file())):  # a zip
                 notes.append(f"{KVENV_LIB}: {name} ({dist}) lies in an archive, not copied")
                 continue
             sources[target.name] = target.resolve()
