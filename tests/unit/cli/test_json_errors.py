@@ -228,4 +228,11 @@ def test_serve_without_a_gpu_names_its_own_flag(
     error = json.loads(capsys.readouterr().out)
     assert error["error"] == "RuntimeNotReady"
     assert "`kvenv serve --no-gpu-check`" in error["hint"]
-    assert main(["serve", "m", "--dry-run", "--no-gpu-check", "--json"]) == 0
+    import socket
+    import sys
+
+    with socket.socket() as probe:  # --dry-run runs every check of a start: the port too
+        probe.bind(("127.0.0.1", 0))
+        port = str(probe.getsockname()[1])
+    argv = ["serve", "m", "--dry-run", "--no-gpu-check", "--json", "--port", port]
+    assert main([*argv, "--vllm", sys.executable]) == 0
