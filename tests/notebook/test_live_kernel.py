@@ -177,7 +177,10 @@ def test_a_module_imported_before_activation_is_named_then_a_restart_cures_it(
         "print('sys.path unchanged:', sys.path == before)\n"
     )
     assert (err, error) == ("", "")
-    assert "module(s) of the overlay are already imported" in out
+    assert (
+        "module kvdemo_shadow (loaded 1.0, the overlay's kvdemo-shadow 2.0) is already imported"
+        in out
+    )
     assert f"module 'kvdemo_shadow' is already imported (1.0, from {old_init})" in out
     assert "the overlay provides kvdemo-shadow 2.0" in out
     assert "restart the kernel" in out and "kvenv.activate() before importing" in out
