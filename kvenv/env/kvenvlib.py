@@ -37,8 +37,6 @@ import tempfile
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 
-from packaging.utils import canonicalize_name
-
 from kvenv.env.rootfiles import KVENV_LIB
 
 KVENV_DISTRIBUTION = "kvenv-overlay"
@@ -75,6 +73,8 @@ def sources_for(provided: Iterable[str]) -> tuple[dict[str, Path], list[str]]:
     """What ``kvenv-lib`` gets (top-level entry name -> the directory or module copied) when the
     host and the generation provide the distributions ``provided``, and notes about what could
     not be copied."""
+    from packaging.utils import canonicalize_name  # not on the recall's path (link_lib)
+
     have = {canonicalize_name(n) for n in provided}
     sources: dict[str, Path] = {}
     notes: list[str] = []
