@@ -22,6 +22,7 @@ import json
 import os
 import signal
 import socket
+import subprocess
 import sys
 import time
 import urllib.error
@@ -279,3 +280,68 @@ def test_serve_answers_with_the_key_only(applied: Applied) -> None:
             if _group_alive(pid):
                 os.killpg(pid, signal.SIGKILL)
     assert not _group_alive(pid)
+
+
+def _session_alive(sid: int) -> list[int]:
+    """The running processes (zombies aside) of session ``sid``."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                stat = (entry / "stat").read_text()
+            except OSError:
+                continue
+            fields = stat[stat.rfind(")") + 2 :].split()
+            if fields[3] == str(sid) and fields[0] not in ("Z", "X"):
+                found.append(int(entry.name))
+    return found
+
+
+@pytest.mark.parametrize("how", ["SIGTERM", "SIGKILL"])
+def test_serve_in_the_foreground_does_not_outlive_kvenv(applied: Applied, how: str) -> None:
+    """`kvenv serve` in the foreground, as supervisors run it: a SIGTERM (docker stop, systemd,
+    timeout) or a SIGKILL of kvenv leaves no process of vLLM's server (API server, engine core,
+    worker) and closes the port within the grace period kvenv printed (issue 37)."""
+    port = _free_port()
+    errors = applied.work / f"serve-{how}.err"
+    argv = [applied.kvenv, "serve", str(applied.model), "--profile", PROFILE]
+    argv += ["--port", str(port), "--max-model-len", "128", "--stop-timeout", "30"]
+    argv += ["--log", str(applied.work / f"serve-{how}.log")]
+    with open(errors, "wb") as error_output:
+        kvenv = subprocess.Popen(
+            argv, env=applied.env, cwd=REPO, stdout=subprocess.DEVNULL, stderr=error_output
+        )
+    sid: int | None = None
+    try:
+        deadline = time.monotonic() + 900
+        opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+        while True:
+            assert kvenv.poll() is None, errors.read_text()[-3000:]
+            assert time.monotonic() < deadline, "not ready in 900 s"
+            try:
+                with opener.open(f"http://127.0.0.1:{port}/health", timeout=2) as answer:
+                    if answer.status == 200:
+                        break
+            except (urllib.error.URLError, OSError):
+                pass
+            time.sleep(1)
+        said = errors.read_text()
+        assert "SIGKILL after 30 s" in said
+        sid = int(said.split("(pid ", 1)[1].split(",", 1)[0])
+        tree = _session_alive(sid)
+        _report(f"serve tree before {how}", " ".join(map(str, tree)))
+        assert len(tree) >= 3  # supervisor, API server, engine core (and its workers)
+        kvenv.send_signal(getattr(signal, how))
+        kvenv.wait(timeout=60)
+        deadline = time.monotonic() + 30 + 15
+        while _session_alive(sid) and time.monotonic() < deadline:
+            time.sleep(0.5)
+        assert _session_alive(sid) == [], f"left running after {how}"
+        with socket.socket() as probe:
+            assert probe.connect_ex(("127.0.0.1", port)) != 0, "the port is still open"
+    finally:
+        if kvenv.poll() is None:
+            kvenv.kill()
+            kvenv.wait()
+        for pid in _session_alive(sid) if sid is not None else []:
+            os.kill(pid, signal.SIGKILL)
