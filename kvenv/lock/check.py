@@ -111,7 +111,8 @@ def check_lock(
     problems.extend(_check_native(loaded, lock, file))
     stale = _staleness(loaded, lock, host, target)
     if target is not None:
-        problems.extend(_closure(lock, locked, host, target, waived, file))
+        declared = tuple(profile.overlay.requires)
+        problems.extend(_closure(lock, locked, host, target, waived, file, declared))
     return CheckReport(file, tuple(problems), tuple(stale), skipped)
 
 
@@ -328,6 +329,7 @@ def _closure(
     target: TargetEnv,
     waived: set[str],
     file: str,
+    declared: tuple[str, ...] = (),
 ) -> list[Problem]:
     out: list[Problem] = []
     tools = {p.name: t for p, t in zip(lock.pylock.packages, lock.package_tools, strict=True)}
@@ -340,6 +342,8 @@ def _closure(
         queue.append((line, frozenset(), f"{native.name} {native.version}"))
     for line in lock.kvenv.requires:
         queue.append((line, frozenset(), "the lock's extra requirements"))
+    for line in declared:
+        queue.append((line, frozenset(), "the profile's [overlay] requires"))
     expanded: set[tuple[str, frozenset[str]]] = set()
     while queue:
         line, extras, owner = queue.popleft()

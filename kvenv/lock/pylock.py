@@ -114,6 +114,9 @@ class KvenvTable:
     assumptions: list[AssumptionEntry] = attrs.field(factory=list)
     shadows: list[ShadowEntry] = attrs.field(factory=list)
     waivers: list[WaiverEntry] = attrs.field(factory=list)
+    # the host's distributions the resolution relies on, ``name==version`` (``name`` alone
+    # where the snapshot knows no version): what a host image update is reported against
+    relies_on: list[str] = attrs.field(factory=list)
 
 
 @attrs.frozen
@@ -187,7 +190,15 @@ def build_lock(
 
 def _table_dict(table: KvenvTable) -> dict[str, Any]:
     data: dict[str, Any] = _rekey(convert.unstructure(table), "_", "-")
-    for key in ("requires", "constraints", "portable", "assumptions", "shadows", "waivers"):
+    for key in (
+        "requires",
+        "constraints",
+        "portable",
+        "assumptions",
+        "shadows",
+        "waivers",
+        "relies-on",
+    ):
         if not data.get(key):
             data.pop(key, None)
     for waiver in data.get("waivers", []):

@@ -98,6 +98,8 @@ class Resolution:
     assumptions: tuple[Assumption, ...] = ()
     shadows: tuple[HostShadow, ...] = ()
     waivers: tuple[WaiverUse, ...] = ()
+    # the host's distributions the resolution relies on: (name, version; None: unknown)
+    host_used: tuple[tuple[NormalizedName, str | None], ...] = ()
 
     def names(self) -> list[str]:
         return [p.name for p in self.packages]
@@ -339,6 +341,16 @@ def _collect(
         ),
         shadows=tuple(shadows),
         waivers=waivers,
+        host_used=tuple(
+            sorted(
+                {
+                    (c.name, str(c.version) if c.version is not None else None)
+                    for c in mapping.values()
+                    if c.origin == "host" and not c.extras
+                },
+                key=lambda item: item[0],
+            )
+        ),
     )
 
 
