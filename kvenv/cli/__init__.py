@@ -45,6 +45,7 @@ __all__ = [
 _GROUPS: tuple[str, ...] = (
     "kvenv.cli.profiles",
     "kvenv.cli.lock",
+    "kvenv.cli.edit",
     "kvenv.cli.apply",
     "kvenv.cli.host",
     "kvenv.cli.runtime",
@@ -61,7 +62,8 @@ _GROUPS: tuple[str, ...] = (
 # by tests/unit/cli/test_parser_groups.py.
 _GROUP_OF: dict[str, str] = {
     **dict.fromkeys(("profiles", "show", "validate", "schema"), "kvenv.cli.profiles"),
-    "lock": "kvenv.cli.lock",
+    **dict.fromkeys(("lock", "diff"), "kvenv.cli.lock"),
+    **dict.fromkeys(("add", "remove"), "kvenv.cli.edit"),
     **dict.fromkeys(
         ("plan", "apply", "bootstrap", "activate", "env", "status", "verify", "reset"),
         "kvenv.cli.apply",

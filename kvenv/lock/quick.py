@@ -51,6 +51,8 @@ RESULT_FLAGS = (
     "exclude_newer",
     "fresh",
     "portable",
+    "upgrade",
+    "upgrade_package",
 )
 _CACHE_KINDS = ("pages-v1", "metadata-v1", "digests-v1", "parsed-v1", "linkage-v1")
 
