@@ -136,25 +136,9 @@ def run_diff(args: argparse.Namespace) -> int:
 def _print_changes(args: argparse.Namespace, data: dict[str, Any], *, title: str) -> None:
     """The change lines (or, with ``--format markdown``, the table) of ``data``, a
     :meth:`kvenv.lock.changes.Changes.to_json`."""
-    from kvenv.lock.changes import Changes, Moved, Present, markdown, text_lines
+    from kvenv.lock.changes import Changes, markdown, text_lines
 
-    def present(items: list[dict[str, str]]) -> tuple[Present, ...]:
-        return tuple(Present(i["name"], i["version"]) for i in items)
-
-    def moved(items: list[dict[str, str]]) -> tuple[Moved, ...]:
-        return tuple(Moved(i["name"], i["old"], i["new"]) for i in items)
-
-    host = data["host"]
-    changes = Changes(
-        present(data["added"]),
-        present(data["removed"]),
-        moved(data["updated"]),
-        moved([data["native"]])[0] if data["native"] else None,
-        moved(host["moved"]),
-        present(host["added"]),
-        present(host["removed"]),
-        bool(host["snapshot-changed"]),
-    )
+    changes = Changes.from_json(data)
     if args.format == "markdown":
         out(markdown(changes, title=title).rstrip("\n"))
         return

@@ -49,6 +49,8 @@ class Changes:
     host_added: tuple[Present, ...] = ()  # host packages the new lock relies on, the old not
     host_removed: tuple[Present, ...] = ()  # and the other way round
     host_snapshot: bool = False  # the host snapshot digest differs
+    # the host's version of each package the new lock's overlay shadows (for the wording)
+    shadowed: tuple[Present, ...] = attrs.field(default=(), eq=False)
 
     @property
     def empty(self) -> bool:
@@ -80,8 +82,33 @@ class Changes:
                 "added": present(self.host_added),
                 "removed": present(self.host_removed),
                 "snapshot-changed": self.host_snapshot,
+                "shadowed": present(self.shadowed),
             },
         }
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> Changes:
+        """The record :meth:`to_json` gave (what a kept lock result holds)."""
+
+        def present(items: Any) -> tuple[Present, ...]:
+            return tuple(Present(i["name"], i["version"]) for i in items or [])
+
+        def moved(items: Any) -> tuple[Moved, ...]:
+            return tuple(Moved(i["name"], i["old"], i["new"]) for i in items or [])
+
+        host = data.get("host") or {}
+        native = data.get("native")
+        return cls(
+            present(data.get("added")),
+            present(data.get("removed")),
+            moved(data.get("updated")),
+            moved([native])[0] if native else None,
+            moved(host.get("moved")),
+            present(host.get("added")),
+            present(host.get("removed")),
+            bool(host.get("snapshot-changed")),
+            present(host.get("shadowed")),
+        )
 
 
 def _packages(document: Mapping[str, Any] | None) -> dict[str, tuple[str, str]]:
@@ -151,8 +178,21 @@ def lock_changes(old: Mapping[str, Any] | None, new: Mapping[str, Any] | None) -
     snapshot = old is not None and _table(old).get("host-snapshot-digest") != _table(new).get(
         "host-snapshot-digest"
     )
+    shadowed = tuple(
+        Present(str(s["name"]), str(s["host-version"]))
+        for s in _table(new).get("shadows") or []
+        if isinstance(s, Mapping) and "name" in s and "host-version" in s
+    )
     return Changes(
-        added, removed, updated, native, host_moved, host_added, host_removed, bool(snapshot)
+        added,
+        removed,
+        updated,
+        native,
+        host_moved,
+        host_added,
+        host_removed,
+        bool(snapshot),
+        shadowed,
     )
 
 
@@ -170,10 +210,14 @@ def text_lines(changes: Changes) -> list[str]:
         **{_key(m.name): m.new for m in changes.host_moved},
     }
     lines: list[str] = []
+    shadows = {_key(p.name): p.version for p in changes.shadowed}
     for item in changes.added:
         why = ""
         if _key(item.name) in host_old:
-            why = f" (the host's {_v(host_old[_key(item.name)])} is no longer used)"
+            why = f" (the lock relied on the host's {_v(host_old[_key(item.name)])}"
+            if _key(item.name) in shadows:
+                why += f"; the host has {_v(shadows[_key(item.name)])} now"
+            why += ")"
         lines.append(f"Added {item.name} {_v(item.version)}{why}")
     for item in changes.removed:
         why = ""

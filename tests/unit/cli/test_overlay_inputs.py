@@ -47,7 +47,7 @@ def project(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     isolated_cli_dir(tmp_path, monkeypatch)
     monkeypatch.setenv("HOME", str(tmp_path / "home"))
     wheels = tmp_path / "wheels"
-    native = build_wheel(wheels, "markdown-it-py", "3.0.0", requires=["mdurl~=0.1"])
+    build_wheel(wheels, "markdown-it-py", "3.0.0", requires=["mdurl~=0.1"])
     build_wheel(wheels, "mdurl", "0.1.2")
     for version in ("13.7.1", "13.9.4"):
         build_wheel(wheels, "rich", version, requires=["pygments>=2"])

@@ -74,13 +74,16 @@ def test_a_host_update_says_what_moved_and_what_the_overlay_did() -> None:
         relies_on=["idna==3.18", "safetensors==0.8.0", "torch==2.10.0+cu128"],
         snapshot="sha256:new",
     )
+    new["tool"]["kvenv"]["shadows"] = [
+        {"name": "numpy", "host-version": "2.1.3", "overlay-version": "2.0.2"}
+    ]
     changes = lock_changes(old, new)
     assert changes.host_moved == (Moved("safetensors", "0.7.0", "0.8.0"),)
     assert changes.host_added == (Present("idna", "3.18"),)
     assert changes.host_removed == (Present("numpy", "2.0.2"),)
     assert changes.host_snapshot
     assert text_lines(changes) == [
-        "Added numpy v2.0.2 (the host's v2.0.2 is no longer used)",
+        "Added numpy v2.0.2 (the lock relied on the host's v2.0.2; the host has v2.1.3 now)",
         "Removed idna v3.19 (the host's v3.18 is used now)",
         "Host safetensors v0.7.0 -> v0.8.0",
         "Host idna v3.18 relied on",
@@ -92,7 +95,9 @@ def test_a_host_update_says_what_moved_and_what_the_overlay_did() -> None:
         "added": [{"name": "idna", "version": "3.18"}],
         "removed": [{"name": "numpy", "version": "2.0.2"}],
         "snapshot-changed": True,
+        "shadowed": [{"name": "numpy", "version": "2.1.3"}],
     }
+    assert Changes.from_json(data) == changes
     table = markdown(changes)
     assert "| host moved | safetensors | 0.7.0 | 0.8.0 |" in table
     assert "| added | numpy | | 2.0.2 |" in table
