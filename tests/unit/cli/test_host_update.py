@@ -28,10 +28,8 @@ TAG = "cp312-cp312-manylinux_2_17_x86_64"
 
 
 def fingerprint(freeze: Path, save: Path) -> None:
-    result = run_cli(
-        ["fingerprint", "--from-freeze", str(freeze), "--python-version", "3.12.13"]
-        + ["--glibc", "2.35", "--save", str(save)]
-    )
+    flags = ["--python-version", "3.12.13", "--glibc", "2.35", "--save", str(save)]
+    result = run_cli(["fingerprint", "--from-freeze", str(freeze), *flags])
     assert result.code == 0, result.text
 
 
