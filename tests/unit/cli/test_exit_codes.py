@@ -157,6 +157,30 @@ def _lock_conflict(w: World) -> int:
     return w.kvenv("lock", str(loaded.path), "--find-links", str(house), "--no-index")
 
 
+def _lockproj(w: World) -> tuple[str, list[str]]:
+    """A lock project of its own (its profile path) and the flags that find its wheels."""
+    from tests.support.lockenv import basic_house, write_project
+
+    house = w.dir / "house"
+    if not house.is_dir():
+        basic_house(house)
+    path = w.dir / "lockproj" / "profiles" / "testbox.toml"
+    if not path.is_file():
+        write_project(w.dir / "lockproj")
+    return str(path), ["--find-links", str(house), "--no-index"]
+
+
+def _add(w: World, *requirements: str, lock: bool = False) -> int:
+    profile, flags = _lockproj(w)
+    return w.kvenv("add", *requirements, "--profile", profile, *(flags if lock else ["--no-lock"]))
+
+
+def _remove_added(w: World) -> int:
+    assert _add(w, "beta") == 0
+    profile, _ = _lockproj(w)
+    return w.kvenv("remove", "beta", "--profile", profile, "--no-lock")
+
+
 def _lock_stale(w: World) -> int:
     profile = w.project.profile_path
     profile.write_text(profile.read_text().replace('name = "t"', 'name = "t"\ndescription = "x"'))
@@ -189,6 +213,13 @@ CASES: dict[tuple[str, str], Case] = {
     ("lock", "1"): _lock_stale,
     ("lock", "2"): lambda w: w.kvenv("lock", "--check", "demo", "-o", "none.toml"),
     ("lock", "3"): _lock_conflict,
+    ("add", "0"): lambda w: _add(w, "beta"),
+    ("add", "2"): lambda w: w.kvenv("add", "rich", "--profile", "demo", "--no-lock"),
+    ("add", "3"): lambda w: _add(w, "alpha>=99", lock=True),
+    ("remove", "0"): _remove_added,
+    ("remove", "2"): lambda w: w.kvenv("remove", "beta", "--profile", _lockproj(w)[0]),
+    ("diff", "0"): lambda w: w.kvenv("diff", *[str(REPO / "locks" / "pylock.demo.toml")] * 2),
+    ("diff", "2"): lambda w: w.kvenv("diff", "none.toml", "none.toml"),
     ("plan", "0"): lambda w: w.kvenv("plan", w.profile, *w.paths()),
     ("plan", "2"): lambda w: w.kvenv("plan", "nope"),
     ("plan", "3"): lambda w: w.kvenv("plan", KAGGLE, *w.paths()),
