@@ -45,6 +45,7 @@ __all__ = [
 _GROUPS: tuple[str, ...] = (
     "kvenv.cli.profiles",
     "kvenv.cli.lock",
+    "kvenv.cli.pin",
     "kvenv.cli.apply",
     "kvenv.cli.host",
     "kvenv.cli.runtime",
@@ -62,6 +63,7 @@ _GROUPS: tuple[str, ...] = (
 _GROUP_OF: dict[str, str] = {
     **dict.fromkeys(("profiles", "show", "validate", "schema"), "kvenv.cli.profiles"),
     "lock": "kvenv.cli.lock",
+    "pin": "kvenv.cli.pin",
     **dict.fromkeys(
         ("plan", "apply", "bootstrap", "activate", "env", "status", "verify", "reset"),
         "kvenv.cli.apply",
