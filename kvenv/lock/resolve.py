@@ -98,6 +98,8 @@ class Resolution:
     assumptions: tuple[Assumption, ...] = ()
     shadows: tuple[HostShadow, ...] = ()
     waivers: tuple[WaiverUse, ...] = ()
+    # the locked packages the native wheel itself requires (its PEP 751 ``dependencies``)
+    native_dependencies: tuple[NormalizedName, ...] = ()
 
     def names(self) -> list[str]:
         return [p.name for p in self.packages]
@@ -339,6 +341,9 @@ def _collect(
         ),
         shadows=tuple(shadows),
         waivers=waivers,
+        native_dependencies=tuple(
+            sorted(children[provider.native_candidate().name] & locked_names)
+        ),
     )
 
 
