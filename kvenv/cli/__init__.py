@@ -46,6 +46,7 @@ _GROUPS: tuple[str, ...] = (
     "kvenv.cli.profiles",
     "kvenv.cli.lock",
     "kvenv.cli.pin",
+    "kvenv.cli.lockview",
     "kvenv.cli.apply",
     "kvenv.cli.host",
     "kvenv.cli.runtime",
@@ -64,6 +65,7 @@ _GROUP_OF: dict[str, str] = {
     **dict.fromkeys(("profiles", "show", "validate", "schema"), "kvenv.cli.profiles"),
     "lock": "kvenv.cli.lock",
     "pin": "kvenv.cli.pin",
+    **dict.fromkeys(("why", "tree", "export"), "kvenv.cli.lockview"),
     **dict.fromkeys(
         ("plan", "apply", "bootstrap", "activate", "env", "status", "verify", "reset"),
         "kvenv.cli.apply",
