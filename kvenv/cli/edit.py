@@ -1,10 +1,8 @@
 """``kvenv add REQ...`` and ``kvenv remove NAME...``: edit the profile's ``[overlay]
-requires`` in place (comments, order and formatting kept, through tomlkit), then relock.
-
-tomlkit is imported only here (not at kvenv's start-up): it is the maintained
-comment-preserving TOML library, and a document it parses writes back byte for byte. If the
-edited profile does not load, or the relock fails, the profile file is put back exactly as it
-was (and the lock is untouched: ``kvenv lock`` writes it only once resolved).
+requires`` in place (comments, order and formatting kept: :mod:`kvenv.model.profileedit`,
+tomlkit), then relock. If the edited profile would not load, nothing is written; if the relock
+fails, the profile file is put back exactly as it was (and the lock is untouched: ``kvenv
+lock`` writes it only once resolved).
 """
 
 from __future__ import annotations
@@ -13,7 +11,7 @@ import argparse
 from pathlib import Path
 from typing import Any
 
-from kvenv.cli._io import err, out
+from kvenv.cli._io import out
 from kvenv.cli.exitcodes import EXIT_OK
 
 # ``kvenv lock`` flags a relock passes on (name on the command line, attribute, takes a value)
@@ -75,47 +73,30 @@ def register(sub: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from kvenv._util import atomic
     from kvenv.model.loading import load_profile
+    from kvenv.model.profileedit import edit_profile, editable_path
 
     loaded = load_profile(args.profile)
-    path = loaded.path
-    _refuse_builtin(loaded)
-    before = path.read_bytes()
-    text, said = _edited(args.verb, before.decode("utf-8"), args.requirements, loaded)
-    atomic.write_text(path, text)
-    try:
-        load_profile(str(path))  # a protected name, a duplicate: refused as the lock would
+    path = editable_path(loaded, args.verb)
+    said: list[str] = []
+
+    def change(document: Any) -> None:
+        said.extend(_edited(args.verb, document, args.requirements, loaded))
+
+    # the edited profile must load (a protected name, a duplicate: refused as the lock would)
+    # before it is written; if the relock fails, the file is put back byte for byte
+    with edit_profile(path, change):
         if not args.json:
             for line in said:
                 out(line)
-        code = EXIT_OK if args.no_lock else _relock(args, path)
-    except BaseException:
-        atomic.write_bytes(path, before)  # nothing lost: the file exactly as it was
-        err(f"note: {path} restored as it was")
-        raise
-    return code
+        return EXIT_OK if args.no_lock else _relock(args, path)
 
 
-def _refuse_builtin(loaded: Any) -> None:
-    from kvenv.errors import UsageError
-    from kvenv.model.loading import builtin_dir
-
-    if loaded.origin == "builtin" or loaded.path.resolve().parent == builtin_dir().resolve():
-        name = loaded.profile.name
-        raise UsageError(
-            f"profile {name} is built into kvenv and is never edited",
-            hint=f"make a project profile that extends it: `kvenv init my-{name} --extends "
-            f"{name}`, then `kvenv add ... --profile my-{name}`",
-        )
-
-
-def _edited(verb: str, text: str, given: list[str], loaded: Any) -> tuple[str, list[str]]:
-    """The profile's text with ``given`` added to (or removed from) ``[overlay] requires``,
-    and what was done, one line each."""
+def _edited(verb: str, document: Any, given: list[str], loaded: Any) -> list[str]:
+    """Add ``given`` to (or remove it from) the tomlkit ``document``'s ``[overlay] requires``;
+    what was done, one line each."""
     import tomlkit
 
-    document = tomlkit.parse(text)
     overlay = document.get("overlay")
     if overlay is None:
         overlay = tomlkit.table()
@@ -126,8 +107,7 @@ def _edited(verb: str, text: str, given: list[str], loaded: Any) -> tuple[str, l
         requires.multiline(True)
         overlay["requires"] = requires
     edit = _add if verb == "add" else _remove
-    said = edit(requires, given, loaded)
-    return tomlkit.dumps(document), said
+    return edit(requires, given, loaded)
 
 
 def _add(requires: Any, given: list[str], loaded: Any) -> list[str]:

@@ -53,7 +53,11 @@ def register(sub: Any) -> None:
         help="describe this host as the target and save its snapshot beside the profile",
     )
     p.add_argument("--dir", metavar="DIR", default=".", help="project directory (default: .)")
-    p.add_argument("--python", metavar="EXE", help="with --from-host: the interpreter to probe")
+    p.add_argument(
+        "--python",
+        metavar="EXE",
+        help="with --from-host: the interpreter to probe, recorded as [host] python",
+    )
     p.set_defaults(func=cmd_init)
 
     p = sub.add_parser("doctor", help="check a host against a profile (exit 0 ok, 1 not)")
@@ -370,16 +374,24 @@ def cmd_init(args: argparse.Namespace) -> int:
     if args.python and not args.from_host:
         raise UsageError("--python is only meaningful with --from-host")
     host: Callable[[], HostSnapshot] | None = None
+    python: str | None = None
     if args.from_host:
         from kvenv.probe.host import take_snapshot
 
-        host = functools.partial(take_snapshot, python=args.python)
+        if args.python is not None:
+            from kvenv.probe.interpreter import resolve_host_python
+
+            # The same rule every command uses (a bare name is looked up on PATH): the path
+            # recorded as [host] python is the interpreter probed.
+            python = resolve_host_python(flag=args.python, environ={}).path
+        host = functools.partial(take_snapshot, python=python)
     result = init_profile(
         args.name,
         Path(args.dir),
         extends=args.extends,
         host=host,
         today=datetime.date.today().isoformat(),
+        python=python,
     )
     out(f"wrote {result.profile}")
     if result.snapshot is not None:

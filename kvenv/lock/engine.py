@@ -560,9 +560,22 @@ def render_lock(
         request.target,
         lock_dir=path.parent.resolve(),
         wheelhouse=wheelhouse,
-        native=native_package(loaded, native, native_wheel, previous),
+        native=_with_dependencies(
+            native_package(loaded, native, native_wheel, previous),
+            resolution.native_dependencies,
+        ),
     )
     return dumps_lock(document)
+
+
+def _with_dependencies(
+    package: LockedPackage | None, dependencies: tuple[NormalizedName, ...]
+) -> LockedPackage | None:
+    """The native package with the locked packages it requires as its ``dependencies``, as
+    every other package of the lock has them (a plain PEP 751 reader sees the native's)."""
+    if package is None:
+        return None
+    return attrs.evolve(package, dependencies=dependencies)
 
 
 def lock_with_universe(

@@ -100,6 +100,8 @@ class Resolution:
     waivers: tuple[WaiverUse, ...] = ()
     # the host's distributions the resolution relies on: (name, version; None: unknown)
     host_used: tuple[tuple[NormalizedName, str | None], ...] = ()
+    # the locked packages the native wheel itself requires (its PEP 751 ``dependencies``)
+    native_dependencies: tuple[NormalizedName, ...] = ()
 
     def names(self) -> list[str]:
         return [p.name for p in self.packages]
@@ -350,6 +352,9 @@ def _collect(
                 },
                 key=lambda item: item[0],
             )
+        ),
+        native_dependencies=tuple(
+            sorted(children[provider.native_candidate().name] & locked_names)
         ),
     )
 

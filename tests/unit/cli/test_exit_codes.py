@@ -131,6 +131,14 @@ def _two_generations(w: World) -> Manifest:
     return first
 
 
+def _pin_conflict(w: World) -> int:
+    """A native wheel whose requirement no version satisfies: the relock finds no resolution."""
+    wheels = w.project.dir / "wheels"
+    wheel = build_wheel(wheels, "nativepkg", "9.0", requires=["helper>=99"])
+    flags = ["--no-index", "--find-links", str(wheels), "--offline"]
+    return w.kvenv("pin", str(wheel), "--profile", w.profile, *flags)
+
+
 def _rollback_refused(w: World) -> int:
     import shutil
 
@@ -308,6 +316,11 @@ CASES: dict[tuple[str, str], Case] = {
     ("rollback", "1"): _rollback_refused,
     ("rollback", "2"): lambda w: w.kvenv("rollback", w.profile, "not-a-generation", *w.paths()),
     ("rollback", "3"): _rollback_busy,
+    ("pin", "0"): lambda w: w.kvenv(
+        "pin", str(w.project.native), "--profile", w.profile, "--no-lock"
+    ),
+    ("pin", "2"): lambda w: w.kvenv("pin", str(w.dir / "nope.whl"), "--profile", w.profile),
+    ("pin", "3"): _pin_conflict,
     ("completion", "0"): lambda w: w.kvenv("completion", "bash"),
     ("completion", "2"): lambda w: w.kvenv("completion"),
 }

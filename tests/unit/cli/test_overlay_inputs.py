@@ -175,7 +175,7 @@ def test_a_failed_relock_restores_the_profile_byte_for_byte(project: Path) -> No
 def test_a_builtin_profile_is_never_edited(project: Path) -> None:
     result = kvenv("add", "rich", "--profile", "demo", "--no-lock")
     assert result.code == 2, result.text
-    assert "kvenv init my-demo --extends demo" in result.err
+    assert "kvenv init NAME --extends demo" in result.err
 
 
 def test_extends_merges_declared_requirements(project: Path) -> None:
