@@ -117,7 +117,7 @@ def _quick_check(args: argparse.Namespace) -> int | None:
     from kvenv.lock.quick import CHECK_KIND, check_key, recall
 
     root = _root(args)
-    kept = recall(root, CHECK_KIND, check_key(args.profile, args.output, root))
+    kept = recall(root, CHECK_KIND, check_key(args.profile, args.output, root, _indexes(args)))
     if kept is None:
         return None
     try:
@@ -161,7 +161,9 @@ def _check(args: argparse.Namespace, loaded: Any) -> int:
     with memo.recording() as reads:  # what the check reads, as it reads it
         lock = read_lock(path)
         host = recorded_host(loaded, must_exist=True).snapshot
-        report = check_lock(loaded, lock, host, _wheel_at_hand(args.cache_dir))
+        report = check_lock(
+            loaded, lock, host, _wheel_at_hand(args.cache_dir), _published(args)
+        )
     if report.ok:
         from contextlib import suppress
 
@@ -172,7 +174,7 @@ def _check(args: argparse.Namespace, loaded: Any) -> int:
         kept = {"path": str(path), "json": report.to_json(), "count": count, "skipped": skipped}
         with suppress(KvenvError):  # a blank --cache-dir or $KVENV_CACHE_DIR: nothing kept
             root = _root(args)
-            key = check_key(args.profile, args.output, root)
+            key = check_key(args.profile, args.output, root, _indexes(args))
             memo.put(root, CHECK_KIND, key, [*loaded.reads, *reads.deps], kept)
         return _passed(args, path, report.to_json(), count, skipped)
     if args.json:
@@ -307,6 +309,28 @@ def _report(args: argparse.Namespace, data: dict[str, Any], packages: int) -> in
             f"with {shadow['overlay-version']}"
         )
     return EXIT_OK
+
+
+def _indexes(args: argparse.Namespace) -> list[Any]:
+    """The index flags and variables, as values (a check's record is kept under them)."""
+    from kvenv.lock.indexflags import index_values
+
+    return list(index_values(**_index_flags(args)))
+
+
+def _published(args: argparse.Namespace) -> Any:
+    """The sha256 the indexes publish for a wheel, from kvenv's page cache only (offline)."""
+    from kvenv.lock.cache import IndexCache
+    from kvenv.lock.published import published_in_cache
+    from kvenv.model.locations import default_cache_dir
+
+    def indexes() -> list[str]:
+        from kvenv.lock.sources import index_config
+
+        return index_config(**_index_flags(args)).index_urls()
+
+    cache = IndexCache(_cache_dir(args.cache_dir) or default_cache_dir())
+    return published_in_cache(cache, indexes)
 
 
 def _cache_dir(value: str | None) -> Path | None:
