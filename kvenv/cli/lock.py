@@ -161,9 +161,7 @@ def _check(args: argparse.Namespace, loaded: Any) -> int:
     with memo.recording() as reads:  # what the check reads, as it reads it
         lock = read_lock(path)
         host = recorded_host(loaded, must_exist=True).snapshot
-        report = check_lock(
-            loaded, lock, host, _wheel_at_hand(args.cache_dir), _published(args)
-        )
+        report = check_lock(loaded, lock, host, _wheel_at_hand(args.cache_dir), _published(args))
     if report.ok:
         from contextlib import suppress
 

@@ -113,14 +113,17 @@ def stamp(document: dict[str, Any], version: str) -> None:
     """Record the digests (and ``version``, the writer's) in ``document``, a lock as parsed
     from its TOML text (so that every value is what a reader will see), in place."""
     for index, package in enumerate(document.get("packages", [])):
-        package.setdefault("tool", {}).setdefault("kvenv", {}).pop(PACKAGE, None)
-        package["tool"]["kvenv"][PACKAGE] = _fragments(_package_leaves(package, index))
-    tool = document["tool"]["kvenv"]
+        tool = _tool(package)
+        if not isinstance(tool, dict) or not tool:  # not kvenv's package (a test's, by hand)
+            continue
+        tool.pop(PACKAGE, None)
+        tool[PACKAGE] = _fragments(_package_leaves(package, index))
+    table = document["tool"]["kvenv"]
     for key in (CONTENT, HEADER, WRITER):
-        tool.pop(key, None)
-    tool[WRITER] = version
-    tool[HEADER] = _fragments(_header_leaves(document))
-    tool[CONTENT] = content_digest(document)
+        table.pop(key, None)
+    table[WRITER] = version
+    table[HEADER] = _fragments(_header_leaves(document))
+    table[CONTENT] = content_digest(document)
 
 
 def first_edit(document: Mapping[str, Any]) -> tuple[str, str] | None:
@@ -137,9 +140,7 @@ def first_edit(document: Mapping[str, Any]) -> tuple[str, str] | None:
         found = _first_differing(head[1:], kept_head[_FRAGMENT:])
         if found is not None:
             return found
-    length_differs = not isinstance(kept_head, str) or kept_head[:_FRAGMENT] != _fragment(
-        *head[0]
-    )
+    length_differs = not isinstance(kept_head, str) or kept_head[:_FRAGMENT] != _fragment(*head[0])
     for index, package in enumerate(packages):
         kept = _tool(package).get(PACKAGE) if isinstance(package, Mapping) else None
         where = f"$.packages[{index}]"

@@ -76,4 +76,3 @@ def _published(cache: IndexCache, url: str, filename: str) -> str | None:
     text = body.decode("utf-8", "replace")
     found = re.search(re.escape(filename) + r"#sha256=([0-9a-fA-F]{64})", text)
     return found.group(1).lower() if found else None
-

@@ -281,9 +281,7 @@ def _fix_for(message: str) -> str | None:
     return None
 
 
-def structure(
-    data: Any, cls: type[T], *, file: str | None, what: str, lenient: bool = False
-) -> T:
+def structure(data: Any, cls: type[T], *, file: str | None, what: str, lenient: bool = False) -> T:
     """Structure ``data`` into ``cls`` or raise :class:`InputError` listing every problem.
     ``lenient``: keys ``cls`` does not know are ignored (a file kvenv wrote, read by a kvenv
     older than the writer within one format version); otherwise they are refused."""
