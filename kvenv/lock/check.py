@@ -129,7 +129,7 @@ def _check_edits(lock: LockFile, profile: str, file: str) -> list[Problem]:
     """A lock edited by hand since kvenv wrote it (its recorded content digest no longer
     holds), named by the first difference (:mod:`kvenv.lock.digest`); a lock that records no
     digest (written before kvenv 0.2) cannot vouch for itself and is refused too."""
-    fix = f"regenerate it: `kvenv lock {profile}` (the lock is derived: change the profile)"
+    fix = f"regenerate it with `kvenv lock {profile}` (the lock is derived: change the profile)"
     edit = first_edit(lock.data)
     if edit is not None:
         where, what = edit

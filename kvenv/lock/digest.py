@@ -145,19 +145,19 @@ def first_edit(document: Mapping[str, Any]) -> tuple[str, str] | None:
         kept = _tool(package).get(PACKAGE) if isinstance(package, Mapping) else None
         where = f"$.packages[{index}]"
         if not isinstance(kept, str):
-            return where, "a package kvenv did not write (added by hand)"
+            return where, "a package kvenv did not write was added here"
         leaves = _package_leaves(package, index)
         if _fragments(leaves) == kept:
             continue
         for shift, what in ((1, "removed"), (-1, "added")):
             if _fragments(_package_leaves(package, index + shift)) == kept:
-                return where, f"a package was {what} here by hand"
+                return where, f"a package was {what} here"
         found = _first_differing(leaves, kept)
         if found is not None:
             return found
         return where, "this package differs from what kvenv wrote"
     if length_differs:  # every package as written: one was removed from the end
-        return f"$.packages[{len(packages)}]", "a package was removed here by hand"
+        return f"$.packages[{len(packages)}]", "a package was removed here"
     return "$", "the lock differs from what kvenv wrote"
 
 
@@ -171,10 +171,10 @@ def _first_differing(leaves: list[tuple[str, Any]], kept: Any) -> tuple[str, str
         fragment = kept[number * _FRAGMENT : (number + 1) * _FRAGMENT]
         if fragment != _fragment(path, value):
             if len(kept) != len(leaves) * _FRAGMENT and fragment:
-                return path, "a field was added or removed by hand here"
-            return path, "edited by hand"
+                return path, "a key was added or removed here"
+            return path, "this value differs from what kvenv wrote"
     if len(kept) != len(leaves) * _FRAGMENT:
-        return leaves[-1][0] if leaves else "$", "a field was removed by hand after this one"
+        return leaves[-1][0] if leaves else "$", "a key was removed after this one"
     return None
 
 
