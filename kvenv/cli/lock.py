@@ -194,7 +194,7 @@ def _quick_check(args: argparse.Namespace) -> int | None:
     from kvenv.lock.quick import CHECK_KIND, check_key, recall
 
     root = _root(args)
-    kept = recall(root, CHECK_KIND, check_key(args.profile, args.output, root))
+    kept = recall(root, CHECK_KIND, check_key(args.profile, args.output, root, _indexes(args)))
     if kept is None:
         return None
     try:
@@ -238,7 +238,7 @@ def _check(args: argparse.Namespace, loaded: Any) -> int:
     with memo.recording() as reads:  # what the check reads, as it reads it
         lock = read_lock(path)
         host = recorded_host(loaded, must_exist=True).snapshot
-        report = check_lock(loaded, lock, host, _wheel_at_hand(args.cache_dir))
+        report = check_lock(loaded, lock, host, _wheel_at_hand(args.cache_dir), _published(args))
     if report.ok:
         from contextlib import suppress
 
@@ -249,7 +249,7 @@ def _check(args: argparse.Namespace, loaded: Any) -> int:
         kept = {"path": str(path), "json": report.to_json(), "count": count, "skipped": skipped}
         with suppress(KvenvError):  # a blank --cache-dir or $KVENV_CACHE_DIR: nothing kept
             root = _root(args)
-            key = check_key(args.profile, args.output, root)
+            key = check_key(args.profile, args.output, root, _indexes(args))
             memo.put(root, CHECK_KIND, key, [*loaded.reads, *reads.deps], kept)
         return _passed(args, path, report.to_json(), count, skipped)
     if args.json:
@@ -391,10 +391,12 @@ def _report(args: argparse.Namespace, data: dict[str, Any], packages: int) -> in
     if args.json:
         emit_json(data)
         return EXIT_OK
-    for line in data.get("kept", []):
+    kept = list(data.get("kept", []))
+    if kept:
+        shown = ", ".join(kept[:3]) + (f" and {len(kept) - 3} more" if len(kept) > 3 else "")
         err(
-            f"note: kept from the lock: {line} (declare it in the profile with `kvenv add`, "
-            "or drop it with --fresh)"
+            f"note: kept from the lock: {shown} (declare them in the profile with `kvenv add`, "
+            "or drop them with --fresh)"
         )
     if args.format == "markdown":
         changes = data.get("changes")
@@ -422,6 +424,28 @@ def _report(args: argparse.Namespace, data: dict[str, Any], packages: int) -> in
     if data.get("changes") is not None and data["changed"]:
         _print_changes(args, data["changes"], title="")
     return EXIT_OK
+
+
+def _indexes(args: argparse.Namespace) -> list[Any]:
+    """The index flags and variables, as values (a check's record is kept under them)."""
+    from kvenv.lock.indexflags import index_values
+
+    return list(index_values(**_index_flags(args)))
+
+
+def _published(args: argparse.Namespace) -> Any:
+    """The sha256 the indexes publish for a wheel, from kvenv's page cache only (offline)."""
+    from kvenv.lock.cache import IndexCache
+    from kvenv.lock.published import published_in_cache
+    from kvenv.model.locations import default_cache_dir
+
+    def indexes() -> list[str]:
+        from kvenv.lock.sources import index_config
+
+        return index_config(**_index_flags(args)).index_urls()
+
+    cache = IndexCache(_cache_dir(args.cache_dir) or default_cache_dir())
+    return published_in_cache(cache, indexes)
 
 
 def _cache_dir(value: str | None) -> Path | None:

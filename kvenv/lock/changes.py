@@ -175,6 +175,12 @@ def lock_changes(old: Mapping[str, Any] | None, new: Mapping[str, Any] | None) -
     elif was is not None and now is None:
         native = Moved(was[0], was[1], "")
     host_added, host_removed, host_moved = _compare(_relied(old), _relied(new))
+    if (
+        old is not None
+        and "relies-on" not in _table(old)
+        and _table(old).get("host-snapshot-digest")
+    ):  # made before kvenv recorded what it relies on: nothing known to compare with
+        host_added = host_removed = host_moved = ()
     snapshot = old is not None and _table(old).get("host-snapshot-digest") != _table(new).get(
         "host-snapshot-digest"
     )

@@ -47,6 +47,7 @@ from kvenv.lock.pylock import (
     dumps_lock,
     hub_resolve_url,
     read_lock,
+    same_lock,
 )
 from kvenv.lock.reqfile import parse_requirements, read_requirements
 from kvenv.lock.resolve import LockedPackage, LockRequest, Resolution, RootRequirement, resolve
@@ -286,6 +287,8 @@ def lock_profile(
         )
     old = path.read_text(encoding="utf-8") if path.is_file() else None
     portable = portable_choice(options, previous)
+    if old is not None and same_lock(old, text):
+        text = old  # written by another kvenv, saying the same: left as it is
     kept = tuple(one_offs(options, previous)[2])
     return LockResult(
         path, text, resolution, target, native.source, old != text, portable, old, kept

@@ -20,10 +20,12 @@ import attrs
 from packaging.pylock import Package, Pylock, PylockValidationError
 from packaging.utils import canonicalize_name
 
+from kvenv import __version__
 from kvenv._util import atomic, tomlio
 from kvenv._util.urls import check_url
 from kvenv.errors import FetchError, InputError, LockError, Problem
-from kvenv.model import convert
+from kvenv.lock import digest
+from kvenv.model import convert, formats
 from kvenv.model.target import TargetEnv
 
 if TYPE_CHECKING:
@@ -247,12 +249,26 @@ def _package(
 
 
 def dumps_lock(document: Mapping[str, Any]) -> str:
-    """Deterministic TOML text of a lock document (validated first)."""
+    """Deterministic TOML text of a lock document (validated first), stamped with this
+    kvenv's version and the digests that let ``lock --check`` catch a hand edit
+    (:mod:`kvenv.lock.digest`), computed over the document as a reader will parse it."""
     try:
         Pylock.from_dict(document).validate()
     except PylockValidationError as exc:
         raise LockError(f"internal: produced an invalid pylock: {exc}") from None
-    return HEADER + tomlio.dumps(dict(document))
+    parsed = tomlio.loads(tomlio.dumps(dict(document)), file="<lock>")
+    digest.stamp(parsed, __version__)
+    return HEADER + tomlio.dumps(parsed)
+
+
+_WRITER_LINE = re.compile(rf"^{digest.WRITER} = .*\n", re.MULTILINE)
+
+
+def same_lock(old: str | None, new: str) -> bool:
+    """Whether the lock text ``old`` says what ``new`` says, written by any kvenv: equal but
+    for ``[tool.kvenv] kvenv-version`` (a relock by another kvenv that changes nothing else
+    leaves the file as it is)."""
+    return old is not None and _WRITER_LINE.sub("", old) == _WRITER_LINE.sub("", new)
 
 
 def write_lock(path: Path, text: str) -> None:
@@ -264,7 +280,20 @@ def write_lock(path: Path, text: str) -> None:
 def parse_lock(
     data: Mapping[str, Any], *, file: str
 ) -> tuple[Pylock, KvenvTable, tuple[PackageTool | None, ...]]:
-    """Validate a lock document already parsed from TOML."""
+    """Validate a lock document already parsed from TOML. ``[tool.kvenv]`` of a newer format
+    is refused first (:mod:`kvenv.model.formats`); keys this kvenv does not know are ignored."""
+    raw_tool = data.get("tool")
+    try:
+        formats.newer_format(
+            raw_tool.get("kvenv") if isinstance(raw_tool, Mapping) else None,
+            reads_up_to=formats.LOCK,
+            file=file,
+            where="$.tool.kvenv",
+            writer_key=digest.WRITER,
+            what="lock",
+        )
+    except InputError as exc:
+        raise exc.recast(LockError) from None
     try:
         pylock = Pylock.from_dict(data)
     except PylockValidationError as exc:
@@ -376,7 +405,9 @@ def _path_escape(path: str) -> str | None:
 
 def _structure(raw: Mapping[str, Any], cls: type[Any], file: str, prefix: str) -> Any:
     try:
-        return convert.structure(_rekey(dict(raw), "-", "_"), cls, file=file, what="lock table")
+        return convert.structure(
+            _rekey(dict(raw), "-", "_"), cls, file=file, what="lock table", lenient=True
+        )
     except InputError as exc:
         problems = [
             p.replace(path=prefix + (_unsnake_path(p.path) or "$")[1:]) for p in exc.problems

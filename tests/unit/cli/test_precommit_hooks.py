@@ -23,7 +23,9 @@ from pathlib import Path
 
 import pytest
 
+from kvenv._util import tomlio
 from kvenv.cli.precommit import affected_profiles, run_hook
+from tests.support.paths import REPO
 from tests.support.wheelhouse import copy_checkout, repack_installed
 from tests.support.wheels import build_wheel
 
@@ -97,7 +99,7 @@ def _hook_repository(base: Path) -> tuple[Path, str]:
 
 def _wheelhouse(base: Path) -> Path:
     """kvenv's dependencies and build backend as wheels, repacked from this interpreter."""
-    build = ["hatchling>=1.25"]  # pyproject.toml's [build-system] requires
+    build = tomlio.read(REPO / "pyproject.toml")["build-system"]["requires"]
     runtime = [r for r in metadata.requires("kvenv-overlay") or () if "extra ==" not in r]
     house = base / "wheelhouse"
     repack_installed([*runtime, *build], house)
