@@ -201,6 +201,8 @@ def _table_dict(table: KvenvTable) -> dict[str, Any]:
         "waivers",
         "relies-on",
     ):
+        if key == "relies-on" and data.get("host-snapshot-digest"):
+            continue  # written even when empty: a lock that knows it relies on nothing
         if not data.get(key):
             data.pop(key, None)
     for waiver in data.get("waivers", []):
