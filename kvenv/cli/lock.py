@@ -119,18 +119,37 @@ def add_format_flag(parser: argparse.ArgumentParser) -> None:
 
 def run_diff(args: argparse.Namespace) -> int:
     """``kvenv diff OLD NEW``: the changes between two lock files."""
-    from kvenv._util import tomlio
     from kvenv.lock.changes import lock_changes
-    from kvenv.lock.pylock import MAX_LOCK_BYTES
 
-    old = tomlio.read(args.old, max_bytes=MAX_LOCK_BYTES, what="lock")
-    new = tomlio.read(args.new, max_bytes=MAX_LOCK_BYTES, what="lock")
+    old, new = (_lock_document(path) for path in (args.old, args.new))
     changes = lock_changes(old, new)
     if args.json:
         emit_json({"old": str(args.old), "new": str(args.new), "changes": changes.to_json()})
         return EXIT_OK
     _print_changes(args, changes.to_json(), title=f"{args.new.name} changes")
     return EXIT_OK
+
+
+def _lock_document(path: Path) -> dict[str, Any]:
+    """A lock file read as TOML; one that is not a PEP 751 lock is refused (nothing to compare)."""
+    from kvenv._util import tomlio
+    from kvenv.errors import InputError, Problem
+    from kvenv.lock.pylock import MAX_LOCK_BYTES
+
+    document = tomlio.read(path, max_bytes=MAX_LOCK_BYTES, what="lock")
+    if "lock-version" not in document or not isinstance(document.get("packages", []), list):
+        raise InputError(
+            f"not a lock file: {path}",
+            problems=[
+                Problem(
+                    "no lock-version (or no [[packages]] array): this is not a PEP 751 lock",
+                    file=str(path),
+                    path="$.lock-version",
+                    fix="give two pylock.*.toml files",
+                )
+            ],
+        )
+    return document
 
 
 def _print_changes(args: argparse.Namespace, data: dict[str, Any], *, title: str) -> None:

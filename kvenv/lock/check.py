@@ -391,7 +391,7 @@ def _closure(
     for line in lock.kvenv.requires:
         queue.append((line, frozenset(), "the lock's extra requirements"))
     for line in declared:
-        queue.append((line, frozenset(), "the profile's [overlay] requires"))
+        queue.append((line, frozenset(), "the profile's [overlay]"))
     expanded: set[tuple[str, frozenset[str]]] = set()
     while queue:
         line, extras, owner = queue.popleft()

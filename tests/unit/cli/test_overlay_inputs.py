@@ -279,3 +279,5 @@ def test_diff_reports_two_files_as_lock_does(project: Path) -> None:
     broken.write_text("this is [ not toml")
     bad = kvenv("diff", str(broken), str(new))
     assert bad.code == 2 and "broken.toml" in bad.err and "Traceback" not in bad.text
+    not_a_lock = kvenv("diff", str(project / "profiles" / "team.toml"), str(new))
+    assert not_a_lock.code == 2 and "$.lock-version" in not_a_lock.err, not_a_lock.text
