@@ -257,12 +257,12 @@ def _locator(args: argparse.Namespace) -> Any:
 
 def cmd_export(args: argparse.Namespace) -> int:
     from kvenv._util import atomic
-    from kvenv.fetch.export import export_pylock, export_requirements
+    from kvenv.fetch.export import export_pylock, export_requirements, native_location
 
     loaded, lock = _read(args.profile)
     graph = _graph(loaded, lock)
     native = loaded.profile.native
-    source = native.source if native is not None else None
+    pinned = native_location(native.source if native else None, loaded.resolve)
     output = Path(args.output).absolute() if args.output else None
     if (
         args.format == "pylock"
@@ -285,7 +285,7 @@ def cmd_export(args: argparse.Namespace) -> int:
                 lock,
                 profile=loaded.profile.name,
                 left_out=_left_out(graph),
-                native_source=source,
+                native=pinned,
                 project_dir=loaded.base_dir,
                 locate=locator.locate,
                 urls=args.urls,
@@ -297,7 +297,7 @@ def cmd_export(args: argparse.Namespace) -> int:
                 profile=loaded.profile.name,
                 output_dir=output.parent if output is not None else Path.cwd(),
                 left_out=_left_out(graph),
-                native_source=source,
+                native=pinned,
                 locate=locator.locate,
                 include_native=not args.no_native,
             )
