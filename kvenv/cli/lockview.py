@@ -242,7 +242,7 @@ def _left_out(graph: Any) -> list[Any]:
 
 def _locator(args: argparse.Namespace) -> Any:
     """A :class:`kvenv.fetch.locate.Locator` on this command's indexes and the lock's page
-    cache (``--offline``: the cache only, through find-links nothing is fetched)."""
+    cache (``--offline``: the cached pages only)."""
     from kvenv.cli.lock import _cache_dir, _index_flags
     from kvenv.fetch.locate import Locator
     from kvenv.lock.cache import IndexCache
@@ -251,8 +251,7 @@ def _locator(args: argparse.Namespace) -> Any:
 
     config = index_config(**_index_flags(args))
     cache = IndexCache(_cache_dir(args.cache_dir) or default_cache_dir())
-    urls = [] if args.offline else config.index_urls()
-    return Locator(urls, config.find_links, cache)
+    return Locator(config.index_urls(), config.find_links, cache, offline=args.offline)
 
 
 def cmd_export(args: argparse.Namespace) -> int:

@@ -213,6 +213,14 @@ def test_export_requirements_installs_with_pip_require_hashes(
         )  # fmt: skip
     assert code == 0, err
     assert f"dep @ {url.replace('/simple/', '/')}" in out
+    # --offline: the same URLs from the page cache the lock filled, no request
+    with allow_loopback_http():
+        code, again, err = run(
+            capsys, "export", "-p", "stack", "--format", "requirements-txt", "--urls",
+            "--index-url", url, "--offline",
+        )  # fmt: skip
+    assert code == 0, err
+    assert again == out
 
 
 def test_export_pylock_installs_with_uv_from_a_checkout(
