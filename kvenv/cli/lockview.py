@@ -242,7 +242,7 @@ def _left_out(graph: Any) -> list[Any]:
 
 def _locator(args: argparse.Namespace) -> Any:
     """A :class:`kvenv.fetch.locate.Locator` on this command's indexes and the lock's page
-    cache (``--offline``: the cache only, through find-links nothing is fetched)."""
+    cache (``--offline``: the cached pages only)."""
     from kvenv.cli.lock import _cache_dir, _index_flags
     from kvenv.fetch.locate import Locator
     from kvenv.lock.cache import IndexCache
@@ -251,18 +251,17 @@ def _locator(args: argparse.Namespace) -> Any:
 
     config = index_config(**_index_flags(args))
     cache = IndexCache(_cache_dir(args.cache_dir) or default_cache_dir())
-    urls = [] if args.offline else config.index_urls()
-    return Locator(urls, config.find_links, cache)
+    return Locator(config.index_urls(), config.find_links, cache, offline=args.offline)
 
 
 def cmd_export(args: argparse.Namespace) -> int:
     from kvenv._util import atomic
-    from kvenv.fetch.export import export_pylock, export_requirements
+    from kvenv.fetch.export import export_pylock, export_requirements, native_location
 
     loaded, lock = _read(args.profile)
     graph = _graph(loaded, lock)
     native = loaded.profile.native
-    source = native.source if native is not None else None
+    pinned = native_location(native.source if native else None, loaded.resolve)
     output = Path(args.output).absolute() if args.output else None
     if (
         args.format == "pylock"
@@ -285,7 +284,7 @@ def cmd_export(args: argparse.Namespace) -> int:
                 lock,
                 profile=loaded.profile.name,
                 left_out=_left_out(graph),
-                native_source=source,
+                native=pinned,
                 project_dir=loaded.base_dir,
                 locate=locator.locate,
                 urls=args.urls,
@@ -297,7 +296,7 @@ def cmd_export(args: argparse.Namespace) -> int:
                 profile=loaded.profile.name,
                 output_dir=output.parent if output is not None else Path.cwd(),
                 left_out=_left_out(graph),
-                native_source=source,
+                native=pinned,
                 locate=locator.locate,
                 include_native=not args.no_native,
             )

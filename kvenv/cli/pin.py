@@ -69,7 +69,8 @@ def _pinned(args: argparse.Namespace, loaded: Any) -> Any:
         return pin.pin_file(Path(args.source), loaded.base_dir)
     finder = _finder(args, loaded)
     try:
-        return pin.pin_index(args.source, finder, filename=args.file)
+        named = [u for u in (args.index_url, *args.extra_index_url) if u]
+        return pin.pin_index(args.source, finder, filename=args.file, named=named)
     finally:
         finder.close()
 

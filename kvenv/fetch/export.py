@@ -25,7 +25,7 @@ import attrs
 
 from kvenv.errors import InputError
 
-__all__ = ["LeftOut", "Located", "export_pylock", "export_requirements"]
+__all__ = ["LeftOut", "Located", "export_pylock", "export_requirements", "native_location"]
 
 # where a wheel is: (project name, file name, sha256) -> an https URL or a local file
 Located = Callable[[str, str, str], "str | Path"]
@@ -57,25 +57,33 @@ def _is_native(tool: Any) -> bool:
     return bool(tool is not None and tool.native)
 
 
+def native_location(source: Any, resolve: Callable[[str], Path]) -> str | Path | None:
+    """Where the profile's native wheel is by its pinned ``[native.source]``: a URL pin's URL,
+    a Hub pin's resolve URL at its commit, a path pin's file (``resolve``: against the
+    project); None for an index pin (found on the index like the rest)."""
+    if source is None:
+        return None
+    if source.kind == "url":
+        return str(source.url)
+    if source.kind == "hf":
+        from kvenv.lock.pylock import hub_resolve_url
+
+        return hub_resolve_url(source)
+    if source.kind == "path":
+        return resolve(str(source.path))
+    return None
+
+
 def _where(
-    package: Any,
-    wheel: Any,
-    lock_dir: Path,
-    locate: Located | None,
-    native_source: Any,
+    package: Any, wheel: Any, lock_dir: Path, locate: Located | None, pinned: str | Path | None
 ) -> str | Path:
-    """Where a locked wheel is, for an installer in a checkout: its recorded URL, the native
-    pin's source, a recorded path that exists, else where ``locate`` finds it."""
+    """Where a locked wheel is, for an installer in a checkout: the native pin's source
+    (``pinned``), its recorded URL, a recorded path that exists, else where ``locate`` finds
+    it."""
+    if pinned is not None:
+        return pinned
     if wheel.url:
         return str(wheel.url)
-    if native_source is not None:
-        kind = native_source.kind
-        if kind == "url":
-            return str(native_source.url)
-        if kind == "hf":
-            from kvenv.lock.pylock import hub_resolve_url
-
-            return hub_resolve_url(native_source)
     if wheel.path:
         local = (lock_dir / str(wheel.path)).resolve()
         if local.is_file():
@@ -114,46 +122,40 @@ def export_requirements(
     *,
     profile: str,
     left_out: Sequence[LeftOut] = (),
-    native_source: Any = None,
+    native: str | Path | None = None,
     project_dir: Path,
     locate: Located | None = None,
     urls: bool = False,
     include_native: bool = True,
 ) -> str:
-    """The lock as a hashed requirements file. ``native_source``: the profile's
-    ``[native.source]`` (how the native wheel is exported); ``project_dir``: a path pin's
-    path is written relative to it (install from the project directory)."""
+    """The lock as a hashed requirements file. ``native``: where the native wheel is by its
+    pin (:func:`native_location`; None: on the index by name and version); ``project_dir``:
+    a local file is written relative to it (install from the project directory)."""
     lock_dir = lock.path.parent
     how = "pip install --require-hashes --no-deps -r THIS_FILE (from the project directory)"
     lines = _header(lock.path, profile, left_out, how)
     for package, tool in zip(lock.pylock.packages, lock.package_tools, strict=True):
-        native = _is_native(tool)
-        if native and not include_native:
+        is_native = _is_native(tool)
+        if is_native and not include_native:
             continue
         wheel = _wheel(package)
         sha256 = wheel.hashes.get("sha256")
         marker = f" ; {package.marker}" if package.marker else ""
         name, version = str(package.name), str(package.version)
-        source = native_source if native else None
-        by_url = urls or (native and source is not None and source.kind in ("url", "hf", "path"))
-        if by_url:
-            where = _where(package, wheel, lock_dir, locate, source)
-            if native and source is not None and source.kind == "path":
-                local = Path(where) if not isinstance(where, Path) else where
-                spec = "./" + os.path.relpath(local, project_dir).replace(os.sep, "/")
-            elif isinstance(where, Path):
-                spec = f"{name} @ {where.as_uri()}"
+        pinned = native if is_native else None
+        if urls or pinned is not None:
+            where = _where(package, wheel, lock_dir, locate, pinned)
+            if isinstance(where, Path):
+                spec = "./" + os.path.relpath(where, project_dir).replace(os.sep, "/")
             else:
                 spec = f"{name} @ {where}"
-            if native:
-                lines.append(
-                    f"# the native wheel, by its pinned {source.kind if source else 'index'} source"
-                )
-            lines.append(f"{spec}{marker} \\\n    --hash=sha256:{sha256}")
+            if is_native:
+                lines.append("# the native wheel, by its pinned source")
         else:
-            if native:
+            spec = f"{name}=={version}"
+            if is_native:
                 lines.append("# the native wheel, on the index")
-            lines.append(f"{name}=={version}{marker} \\\n    --hash=sha256:{sha256}")
+        lines.append(f"{spec}{marker} \\\n    --hash=sha256:{sha256}")
     return "\n".join(lines) + "\n"
 
 
@@ -163,7 +165,7 @@ def export_pylock(
     profile: str,
     output_dir: Path,
     left_out: Sequence[LeftOut] = (),
-    native_source: Any = None,
+    native: str | Path | None = None,
     locate: Located | None = None,
     include_native: bool = True,
 ) -> str:
@@ -177,15 +179,15 @@ def export_pylock(
     for raw, package, tool in zip(
         data["packages"], lock.pylock.packages, lock.package_tools, strict=True
     ):
-        native = _is_native(tool)
-        if native and not include_native:
+        is_native = _is_native(tool)
+        if is_native and not include_native:
             continue
         wheel = _wheel(package)
         entry = {k: v for k, v in raw.items() if k not in ("index", "wheels", "tool")}
         (raw_wheel,) = raw["wheels"]
         exported = {k: v for k, v in raw_wheel.items() if k not in ("url", "path")}
         exported.setdefault("name", wheel.filename)
-        where = _where(package, wheel, lock_dir, locate, native_source if native else None)
+        where = _where(package, wheel, lock_dir, locate, native if is_native else None)
         if isinstance(where, Path):
             exported["path"] = os.path.relpath(where, output_dir).replace(os.sep, "/")
         else:

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import re
 import tempfile
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -211,12 +212,15 @@ def parse_name_version(text: str) -> tuple[str, str]:
     return found["name"], found["version"]
 
 
-def pin_index(text: str, finder: Any, *, filename: str | None = None) -> PinnedWheel:
+def pin_index(
+    text: str, finder: Any, *, filename: str | None = None, named: Sequence[str] = ()
+) -> PinnedWheel:
     """``NAME==VERSION`` on the finder's indexes (``kind = "index"``): the one wheel of that
     version for the finder's target, or the one named ``filename``; several are listed (a
     :class:`UsageError` saying how to choose), none is an :class:`InputError` naming the
     versions seen. The sha256 and size are the index's when it publishes both, else the
-    wheel's bytes'."""
+    wheel's bytes'. The wheel's index is recorded as ``index_url`` when it is one of
+    ``named`` (the indexes the user named) and https; the default index never is."""
     name, version = parse_name_version(text)
     project = finder.project(name)
     wanted = Version(version)
@@ -248,6 +252,9 @@ def pin_index(text: str, finder: Any, *, filename: str | None = None) -> PinnedW
     if sha256 is None or size is None:
         sha256, size = _wheel_bytes(wheel)
     source = {"kind": "index", "filename": wheel.filename}
+    explicit = {url.rstrip("/") for url in named}
+    if wheel.index and wheel.index.startswith("https://") and wheel.index.rstrip("/") in explicit:
+        source["index_url"] = wheel.index
     return PinnedWheel(str(project.name), version, sha256, size, wheel.filename, source)
 
 

@@ -215,7 +215,8 @@ def from_lock(
 
 def chains(graph: LockGraph, name: str, *, limit: int = 1000) -> tuple[list[list[Edge]], bool]:
     """Every chain of edges from :data:`ROOT` to ``name`` (no package twice in one chain),
-    shortest first, at most ``limit`` (the flag: more were left out)."""
+    shortest first (the native wheel's before declared requirements'), at most ``limit``
+    (the flag: more were left out)."""
     want: str = canonicalize_name(name)
     # only walk nodes that reach ``want``: its ancestors
     reaching: set[str] = {want}
@@ -248,7 +249,7 @@ def chains(graph: LockGraph, name: str, *, limit: int = 1000) -> tuple[list[list
 
     if ROOT in reaching:
         walk(ROOT, [], {ROOT})
-    found.sort(key=lambda c: (len(c), [e.child for e in c]))
+    found.sort(key=lambda c: (len(c), c[0].kind != "native", [e.child for e in c]))
     return found, truncated
 
 
@@ -294,7 +295,7 @@ def tree(graph: LockGraph, *, invert: str | None = None) -> tuple[TreeNode, ...]
         def down(edge: Edge, path: frozenset[str]) -> TreeNode:
             node = graph.nodes[edge.child]
             if edge.child in drawn or edge.child in path:
-                return TreeNode(node, edge, repeated=bool(graph.children(edge.child)))
+                return TreeNode(node, edge, repeated=True)
             drawn.add(edge.child)
             inner = path | {edge.child}
             return TreeNode(node, edge, tuple(down(e, inner) for e in graph.children(edge.child)))

@@ -231,6 +231,24 @@ def _overlong(node: Any, where: str, file: str) -> Iterator[Problem]:
             yield from _overlong(value, f"{where}[{index}]", file)
 
 
+def _merge_layer(base: Mapping[str, Any], over: Mapping[str, Any]) -> dict[str, Any]:
+    """``over`` (a child) merged onto ``base`` (its parents) key by key, except that a
+    ``[native.source]`` of another ``kind`` than the parent's replaces it whole: a source is
+    one thing, and the parent's keys of another kind (an ``hf`` repo under a ``path``) would
+    only be unknown keys."""
+    merged = _merge(base, over)
+    own, old = _source_of(over), _source_of(base)
+    if own is not None and old is not None and own.get("kind", "hf") != old.get("kind", "hf"):
+        merged["native"]["source"] = dict(own)
+    return merged
+
+
+def _source_of(data: Mapping[str, Any]) -> Mapping[str, Any] | None:
+    native = data.get("native")
+    source = native.get("source") if isinstance(native, Mapping) else None
+    return source if isinstance(source, Mapping) else None
+
+
 def _merge(base: Mapping[str, Any], over: Mapping[str, Any]) -> dict[str, Any]:
     merged = dict(base)
     for key, value in over.items():
@@ -269,7 +287,7 @@ def load_profile(ref: str | None = None, *, cwd: Path | None = None) -> LoadedPr
         path, origin, chain = _read_chain(ref, here)
     merged: dict[str, Any] = {}
     for _, raw in reversed(chain):
-        merged = _merge(merged, raw)
+        merged = _merge_layer(merged, raw)
     for keys in _NOT_INHERITED:
         _keep_own(merged, chain[0][1], keys)
     origins = _merge_declared(merged, chain)

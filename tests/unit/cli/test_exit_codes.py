@@ -321,6 +321,16 @@ CASES: dict[tuple[str, str], Case] = {
     ),
     ("pin", "2"): lambda w: w.kvenv("pin", str(w.dir / "nope.whl"), "--profile", w.profile),
     ("pin", "3"): _pin_conflict,
+    ("why", "0"): lambda w: w.kvenv("why", "helper", "--profile", w.profile),
+    ("why", "2"): lambda w: w.kvenv("why", "nope", "--profile", w.profile),
+    ("tree", "0"): lambda w: w.kvenv("tree", "--profile", w.profile),
+    ("tree", "2"): lambda w: w.kvenv("tree", "--profile", w.profile, "--invert", "nope"),
+    ("export", "0"): lambda w: w.kvenv(
+        "export", "--profile", w.profile, "--format", "requirements-txt", "--offline"
+    ),
+    ("export", "2"): lambda w: w.kvenv(
+        "export", "--profile", w.profile, "--format", "pylock", "-o", str(w.dir / "x.toml")
+    ),
     ("completion", "0"): lambda w: w.kvenv("completion", "bash"),
     ("completion", "2"): lambda w: w.kvenv("completion"),
 }

@@ -19,6 +19,7 @@ import tomllib
 from kvenv.cli import main
 from kvenv.lock.pylock import read_lock
 from kvenv.model.loading import load_profile
+from kvenv.model.profile import PathSource
 from tests.support.hubserver import HubServer, hub_server
 from tests.support.lockenv import NATIVE_TAG, basic_house, isolate_index_env, write_project
 from tests.support.wheels import build_wheel, sha256_of
@@ -234,3 +235,26 @@ def test_a_placeholder_sha256_points_at_pin(
     assert "$.native.sha256" in err and "placeholder" in err
     assert "kvenv pin native/nativepkg-1.0.0+cu128-" in err
     assert "--native-requires" not in err
+
+
+def test_a_child_of_a_builtin_is_pinned(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The fix the refusal names works: ``kvenv init NAME --extends demo`` then ``kvenv pin``
+    (demo pins an ``index`` source; the child's ``path`` source replaces it whole)."""
+    isolate_index_env(monkeypatch, tmp_path / "cache")
+    for name in ("KVENV_PROFILE_PATH", "KVENV_PROFILE"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.chdir(tmp_path)
+    code, _, err = run(capsys, "init", "mine", "--extends", "demo")
+    assert code == 0, err
+    wheel = build_wheel(tmp_path / "wheels", "markdown-it-py", "3.0.1", requires=["mdurl"])
+    code, _, err = run(capsys, "pin", str(wheel), "--profile", "mine", "--no-lock")
+    assert code == 0, err
+    native = load_profile("mine").profile.native
+    assert native is not None and native.version == "3.0.1"
+    assert native.source == PathSource(kind="path", path=f"wheels/{wheel.name}")  # type: ignore[arg-type]
+    assert (
+        "# Everything not set here comes from 'demo'"
+        in (tmp_path / "profiles" / "mine.toml").read_text()
+    )
