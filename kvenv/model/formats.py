@@ -21,7 +21,8 @@ LOCK = 1  # [tool.kvenv] schema, in pylock.<profile>.toml
 SNAPSHOT = 1  # a host snapshot (kvenv fingerprint --save)
 MANIFEST = 1  # <root>/generations/<id>/manifest.json
 POINTER = 1  # <root>/current.json
-BUNDLE = 1  # <bundle>/bundle.json, and the single-file bundle's manifest
+BUNDLE = 1  # <bundle>/bundle.json, also inside a single-file bundle
+SHARDS = 1  # kvenv-shards.json beside a saved sharded checkpoint (kvenv.runtime)
 UPGRADE = "upgrade kvenv (pip install -U kvenv-overlay, or the version your team pins)"
 
 
