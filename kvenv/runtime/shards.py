@@ -604,7 +604,9 @@ def read_shard_manifest(path: Path) -> ShardManifest:
             f"invalid shard manifest: {path}",
             problems=[Problem(f"not valid JSON: {exc.msg} at line {exc.lineno}", file=str(path))],
         ) from None
-    formats.newer_format(data, reads_up_to=formats.SHARDS, file=str(path), what="shard manifest")
+    formats.newer_format(
+        data, reads_up_to=formats.SHARDS_FORMAT, file=str(path), what="shard manifest"
+    )
     manifest = convert.structure(
         data, ShardManifest, file=str(path), what="shard manifest", lenient=True
     )
