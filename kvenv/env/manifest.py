@@ -235,7 +235,7 @@ def manifest_from_dict(data: Any, *, file: str | None, root: Path | None = None)
     """A manifest from its JSON data: a newer format is refused, keys this kvenv does not know
     are ignored (:mod:`kvenv.model.formats`); then the cross-field checks."""
     formats.newer_format(
-        data, reads_up_to=formats.MANIFEST, file=file or "<input>", what="manifest"
+        data, reads_up_to=formats.MANIFEST_FORMAT, file=file or "<input>", what="manifest"
     )
     manifest = convert.structure(data, Manifest, file=file, what="manifest", lenient=True)
     problems = check_manifest(manifest, file=file, root=root)

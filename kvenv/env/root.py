@@ -348,7 +348,7 @@ def read_pointer(root: Path) -> Pointer | None:
             hint="start over: `{kvenv reset --yes}`, then `{kvenv apply}`",
         ) from None
     formats.newer_format(
-        data, reads_up_to=formats.POINTER, file=str(path), what="generation pointer"
+        data, reads_up_to=formats.POINTER_FORMAT, file=str(path), what="generation pointer"
     )
     pointer = convert.structure(
         data, Pointer, file=str(path), what="generation pointer", lenient=True

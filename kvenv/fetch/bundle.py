@@ -424,7 +424,9 @@ def read_index(root: Path) -> BundleIndex:
         raise InputError(f"not a kvenv bundle (no {INDEX}): {root}") from None
     except (OSError, ValueError) as exc:
         raise InputError(f"cannot read {path}: {exc}") from None
-    formats.newer_format(data, reads_up_to=formats.BUNDLE, file=str(path), what="bundle index")
+    formats.newer_format(
+        data, reads_up_to=formats.BUNDLE_FORMAT, file=str(path), what="bundle index"
+    )
     return convert.structure(data, BundleIndex, file=str(path), what="bundle index", lenient=True)
 
 

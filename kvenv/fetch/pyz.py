@@ -417,7 +417,9 @@ def stream_artifacts(
 
 def _artifacts(opened: OpenedFile) -> Iterator[BundledArtifact]:
     where = f"{opened.path}:{BUNDLE_DIR}/{INDEX}"
-    formats.newer_format(opened.index, reads_up_to=formats.BUNDLE, file=where, what="bundle index")
+    formats.newer_format(
+        opened.index, reads_up_to=formats.BUNDLE_FORMAT, file=where, what="bundle index"
+    )
     index = convert.structure(
         opened.index, BundleIndex, file=where, what="bundle index", lenient=True
     )

@@ -23,10 +23,10 @@ import json
 from collections.abc import Iterator, Mapping
 from typing import Any
 
-CONTENT = "content-digest"
-HEADER = "header-digest"
-WRITER = "kvenv-version"
-PACKAGE = "digest"
+CONTENT_KEY = "content-digest"
+HEADER_KEY = "header-digest"
+WRITER_KEY = "kvenv-version"
+PACKAGE_KEY = "digest"
 _FRAGMENT = 4  # hex digits per field
 
 
@@ -65,15 +65,15 @@ def _package_without(package: Any) -> Any:
     if not isinstance(package, Mapping):
         return package
     tool = _tool(package)
-    if PACKAGE not in tool:
+    if PACKAGE_KEY not in tool:
         return package
-    kvenv = {k: v for k, v in tool.items() if k != PACKAGE}
+    kvenv = {k: v for k, v in tool.items() if k != PACKAGE_KEY}
     return {**package, "tool": {**package["tool"], "kvenv": kvenv}}
 
 
 def content_digest(document: Mapping[str, Any]) -> str:
     """The ``content-digest`` of ``document`` (a parsed lock), whatever it records."""
-    body = _without(document, top=(CONTENT, WRITER), package=False)
+    body = _without(document, top=(CONTENT_KEY, WRITER_KEY), package=False)
     return "sha256:" + hashlib.sha256(_canonical(body).encode()).hexdigest()
 
 
@@ -99,7 +99,7 @@ def _fragments(leaves: list[tuple[str, Any]]) -> str:
 
 
 def _header_leaves(document: Mapping[str, Any]) -> list[tuple[str, Any]]:
-    body = _without(document, top=(CONTENT, WRITER, HEADER), package=False)
+    body = _without(document, top=(CONTENT_KEY, WRITER_KEY, HEADER_KEY), package=False)
     packages = body.pop("packages", None)
     count = len(packages) if isinstance(packages, list) else 0
     return [("$.packages.length", count), *_leaves(body, "$")]
@@ -109,40 +109,40 @@ def _package_leaves(package: Any, index: int) -> list[tuple[str, Any]]:
     return list(_leaves(_package_without(package), f"$.packages[{index}]"))
 
 
-def stamp(document: dict[str, Any], version: str) -> None:
+def stamp_lock(document: dict[str, Any], version: str) -> None:
     """Record the digests (and ``version``, the writer's) in ``document``, a lock as parsed
     from its TOML text (so that every value is what a reader will see), in place."""
     for index, package in enumerate(document.get("packages", [])):
         tool = _tool(package)
         if not isinstance(tool, dict) or not tool:  # not kvenv's package (a test's, by hand)
             continue
-        tool.pop(PACKAGE, None)
-        tool[PACKAGE] = _fragments(_package_leaves(package, index))
+        tool.pop(PACKAGE_KEY, None)
+        tool[PACKAGE_KEY] = _fragments(_package_leaves(package, index))
     table = document["tool"]["kvenv"]
-    for key in (CONTENT, HEADER, WRITER):
+    for key in (CONTENT_KEY, HEADER_KEY, WRITER_KEY):
         table.pop(key, None)
-    table[WRITER] = version
-    table[HEADER] = _fragments(_header_leaves(document))
-    table[CONTENT] = content_digest(document)
+    table[WRITER_KEY] = version
+    table[HEADER_KEY] = _fragments(_header_leaves(document))
+    table[CONTENT_KEY] = content_digest(document)
 
 
 def first_edit(document: Mapping[str, Any]) -> tuple[str, str] | None:
     """Where ``document`` differs from what kvenv wrote, as ``($.path, what)``; None when its
     recorded content digest holds (or it records none: see :func:`recorded`)."""
     tool = _tool(document)
-    recorded = tool.get(CONTENT)
+    recorded = tool.get(CONTENT_KEY)
     if not isinstance(recorded, str) or recorded == content_digest(document):
         return None
     packages = document.get("packages")
     packages = packages if isinstance(packages, list) else []
-    head, kept_head = _header_leaves(document), tool.get(HEADER)
+    head, kept_head = _header_leaves(document), tool.get(HEADER_KEY)
     if isinstance(kept_head, str):  # its first field is the number of packages: after them
         found = _first_differing(head[1:], kept_head[_FRAGMENT:])
         if found is not None:
             return found
     length_differs = not isinstance(kept_head, str) or kept_head[:_FRAGMENT] != _fragment(*head[0])
     for index, package in enumerate(packages):
-        kept = _tool(package).get(PACKAGE) if isinstance(package, Mapping) else None
+        kept = _tool(package).get(PACKAGE_KEY) if isinstance(package, Mapping) else None
         where = f"$.packages[{index}]"
         if not isinstance(kept, str):
             return where, "a package kvenv did not write was added here"
@@ -181,4 +181,4 @@ def _first_differing(leaves: list[tuple[str, Any]], kept: Any) -> tuple[str, str
 def recorded(document: Mapping[str, Any]) -> bool:
     """Whether ``document`` records a content digest (a lock written before kvenv 0.2 does
     not)."""
-    return isinstance(_tool(document).get(CONTENT), str)
+    return isinstance(_tool(document).get(CONTENT_KEY), str)

@@ -20,9 +20,9 @@ from packaging.utils import canonicalize_name
 from kvenv._util import jsonio, memo
 from kvenv.errors import FetchError
 from kvenv.lock.cache import IndexCache
+from kvenv.lock.pages import JSON_PAGE
 from kvenv.lock.pagescan import page_files
 
-JSON_PAGE = "application/vnd.pypi.simple.v1+json"
 # (name, filename, the lock's index or None) -> [(page URL, sha256 published)]
 Published = Callable[[str, str, "str | None"], "list[tuple[str, str]]"]
 
@@ -40,7 +40,9 @@ def published_in_cache(cache: IndexCache, indexes: Callable[[], Sequence[str]]) 
     def lookup(name: str, filename: str, index: str | None) -> list[tuple[str, str]]:
         nonlocal configured
         if index is None and configured is None:
-            configured = list(indexes())
+            # no page cached at all: no index is asked for its URL (the default one's comes
+            # from unearth, a heavy import the check otherwise does without)
+            configured = list(indexes()) if (cache.root / "pages-v1").is_dir() else []
         out = []
         for base in [index] if index is not None else configured or []:
             url = project_url(base, name)

@@ -259,11 +259,11 @@ def dumps_lock(document: Mapping[str, Any]) -> str:
     except PylockValidationError as exc:
         raise LockError(f"internal: produced an invalid pylock: {exc}") from None
     parsed = tomlio.loads(tomlio.dumps(dict(document)), file="<lock>")
-    digest.stamp(parsed, __version__)
+    digest.stamp_lock(parsed, __version__)
     return HEADER + tomlio.dumps(parsed)
 
 
-_WRITER_LINE = re.compile(rf"^{digest.WRITER} = .*\n", re.MULTILINE)
+_WRITER_LINE = re.compile(rf"^{digest.WRITER_KEY} = .*\n", re.MULTILINE)
 
 
 def same_lock(old: str | None, new: str) -> bool:
@@ -288,10 +288,10 @@ def parse_lock(
     try:
         formats.newer_format(
             raw_tool.get("kvenv") if isinstance(raw_tool, Mapping) else None,
-            reads_up_to=formats.LOCK,
+            reads_up_to=formats.LOCK_FORMAT,
             file=file,
             where="$.tool.kvenv",
-            writer_key=digest.WRITER,
+            writer_key=digest.WRITER_KEY,
             what="lock",
         )
     except InputError as exc:

@@ -17,11 +17,12 @@ if TYPE_CHECKING:
     from collections.abc import Mapping
 
 # The newest format version this kvenv reads and writes, per file (docs/compatibility.md).
-LOCK = 1  # [tool.kvenv] schema, in pylock.<profile>.toml
-SNAPSHOT = 1  # a host snapshot (kvenv fingerprint --save)
-MANIFEST = 1  # <root>/generations/<id>/manifest.json
-POINTER = 1  # <root>/current.json
-BUNDLE = 1  # <bundle>/bundle.json, and the single-file bundle's manifest
+LOCK_FORMAT = 1  # [tool.kvenv] schema, in pylock.<profile>.toml
+SNAPSHOT_FORMAT = 1  # a host snapshot (kvenv fingerprint --save)
+MANIFEST_FORMAT = 1  # <root>/generations/<id>/manifest.json
+POINTER_FORMAT = 1  # <root>/current.json
+BUNDLE_FORMAT = 1  # <bundle>/bundle.json, also inside a single-file bundle
+SHARDS_FORMAT = 1  # kvenv-shards.json beside a saved sharded checkpoint (kvenv.runtime)
 UPGRADE = "upgrade kvenv (pip install -U kvenv-overlay, or the version your team pins)"
 
 

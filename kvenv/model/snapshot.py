@@ -149,7 +149,7 @@ def snapshot_from_dict(data: Any, *, file: str | None = None) -> HostSnapshot:
     """A snapshot from its JSON data: a newer format is refused, keys this kvenv does not know
     are ignored (:mod:`kvenv.model.formats`)."""
     formats.newer_format(
-        data, reads_up_to=formats.SNAPSHOT, file=file or "<input>", what="host snapshot"
+        data, reads_up_to=formats.SNAPSHOT_FORMAT, file=file or "<input>", what="host snapshot"
     )
     return convert.structure(data, HostSnapshot, file=file, what="host snapshot", lenient=True)
 

@@ -91,7 +91,7 @@ def test_an_older_lock_fails_its_check_with_the_fix_to_relock(
 # a simulated newer kvenv ----------------------------------------------------------------------
 def _newer_lock(data: dict[str, Any], bump: int) -> None:
     tool = data["tool"]["kvenv"]
-    tool["schema"] = formats.LOCK + bump
+    tool["schema"] = formats.LOCK_FORMAT + bump
     tool["kvenv-version"] = "9.0.0"
     tool["future-key"] = {"nested": [1, 2]}
     tool["native"]["future-native-key"] = True
@@ -119,8 +119,8 @@ def test_a_newer_lock_format_is_refused_with_upgrade_kvenv(tmp_path: Path) -> No
         parse_lock(data, file="pylock.demo.toml")
     (problem,) = caught.value.problems
     assert problem.message == (
-        f"written by kvenv 9.0.0 (format {formats.LOCK + 1}); this kvenv reads up to "
-        f"{formats.LOCK}: upgrade kvenv"
+        f"written by kvenv 9.0.0 (format {formats.LOCK_FORMAT + 1}); this kvenv reads up to "
+        f"{formats.LOCK_FORMAT}: upgrade kvenv"
     )
     assert (problem.file, problem.path) == ("pylock.demo.toml", "$.tool.kvenv.schema")
     assert problem.fix is not None and "upgrade kvenv" in problem.fix
@@ -148,27 +148,27 @@ def test_the_cli_refuses_a_newer_lock_with_exit_2(
 
 def _snapshot(bump: int) -> dict[str, Any]:
     data = json.loads((COMPAT / "94d4468" / "recorded.host.json").read_text())
-    _newer_json(data, bump, formats.SNAPSHOT)
+    _newer_json(data, bump, formats.SNAPSHOT_FORMAT)
     data["python"]["future_key"] = 1
     return data
 
 
 def _manifest(bump: int) -> dict[str, Any]:
     data = json.loads((COMPAT / "94d4468" / "manifest.json").read_text())
-    _newer_json(data, bump, formats.MANIFEST)
+    _newer_json(data, bump, formats.MANIFEST_FORMAT)
     data["dirs"]["future_key"] = "x"
     return data
 
 
 def _pointer(bump: int) -> dict[str, Any]:
     data = json.loads((COMPAT / "94d4468" / "current.json").read_text())
-    _newer_json(data, bump, formats.POINTER)
+    _newer_json(data, bump, formats.POINTER_FORMAT)
     return data
 
 
 def _bundle(bump: int) -> dict[str, Any]:
     data = json.loads((COMPAT / "94d4468" / "bundle.json").read_text())
-    _newer_json(data, bump, formats.BUNDLE)
+    _newer_json(data, bump, formats.BUNDLE_FORMAT)
     data["artifacts"][0]["future_key"] = 1
     return data
 

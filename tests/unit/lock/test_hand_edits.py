@@ -170,7 +170,7 @@ def test_a_lock_without_a_digest_is_refused_with_the_fix(
     project: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     def strip(doc: dict[str, Any]) -> None:
-        for key in (digest.CONTENT, digest.HEADER, digest.WRITER):
+        for key in (digest.CONTENT_KEY, digest.HEADER_KEY, digest.WRITER_KEY):
             del doc["tool"]["kvenv"][key]
 
     _edit(strip)
