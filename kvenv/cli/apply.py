@@ -655,15 +655,18 @@ def cmd_reset(args: argparse.Namespace) -> int:
     from kvenv.env.reset import execute_reset, plan_reset
     from kvenv.errors import UsageError
 
-    _, locations = _load(args)
-    plan = plan_reset(locations, purge_cache=args.purge_cache)
+    loaded, locations = _load(args)
+    plan = plan_reset(locations, purge_cache=args.purge_cache, given_root=_given_root(args, loaded))
     rows = [
         {"label": t.label, "path": t.path, "action": t.action, "reason": t.reason}
         for t in plan.targets
     ]
+    kept = [t.path for t in plan.kept]
     if args.dry_run or not args.yes:
         if args.json and args.dry_run:
-            emit_json({"root": plan.root, "dry_run": True, "targets": rows, "removed": []})
+            emit_json(
+                {"root": plan.root, "dry_run": True, "targets": rows, "removed": [], "kept": kept}
+            )
         elif not args.json:  # with --json and no --yes, one JSON document: the error alone
             for row in rows:
                 out(f"{row['action']:<8} {row['path']}  ({row['reason']})")
@@ -677,9 +680,36 @@ def cmd_reset(args: argparse.Namespace) -> int:
         return EXIT_OK
     removed = execute_reset(plan, locations, on_wait=err)
     if args.json:
-        emit_json({"root": plan.root, "dry_run": False, "targets": rows, "removed": removed})
+        emit_json(
+            {"root": plan.root, "dry_run": False, "targets": rows, "removed": removed, "kept": kept}
+        )
         return EXIT_OK
     for path in removed:
         out(f"removed {path}")
-    out(f"reset complete; cache preserved: {plan.cache}" if not args.purge_cache else "reset done")
+    for target in plan.kept:
+        out(f"kept {target.path}  ({target.reason})")
+    if not removed:
+        out(f"nothing to remove: nothing is applied in {plan.root}")
+    elif kept:
+        out(f"reset complete; {plan.root} stays: it holds what kvenv did not make (kept above)")
+    else:
+        out("reset complete")
+    if args.purge_cache:
+        return EXIT_OK
+    if plan.cache_kept:
+        out(f"cache preserved: {plan.cache} (remove it with --purge-cache)")
     return EXIT_OK
+
+
+def _given_root(args: argparse.Namespace, loaded: LoadedProfile) -> str | None:
+    """The runtime root as the user wrote it (``--root``, ``$KVENV_ROOT``, the profile's
+    ``[paths] root``), before it was made canonical; None for the default root."""
+    import os
+
+    from kvenv.model.places import ENV_ROOT
+
+    if args.root is not None:
+        return str(args.root)
+    if os.environ.get(ENV_ROOT):
+        return os.environ[ENV_ROOT]
+    return loaded.profile.paths.root
