@@ -196,6 +196,21 @@ def host_python(args: argparse.Namespace, loaded: LoadedProfile) -> HostPython:
     return host
 
 
+def judged_host(
+    args: argparse.Namespace, loaded: LoadedProfile, recorded: str | None
+) -> HostPython:
+    """The host interpreter that a command judging the applied generation uses (``verify``,
+    ``status``, ``doctor``): the one its manifest records (``recorded``) unless ``--python``
+    names another (:func:`kvenv.env.place.judged_host_python`); its note on stderr."""
+    from kvenv.env.place import host_python_of, judged_host_python
+
+    flag = getattr(args, "python", None)
+    host = judged_host_python(host_python_of(loaded, flag), recorded, flag=flag is not None)
+    if host.note:
+        err(f"note: {host.note}")
+    return host
+
+
 def _memo(args: argparse.Namespace) -> Path:
     """The user's own cache directory, where memos go (:func:`kvenv.model.places.memo_root`):
     never a profile's ``[paths] cache``, so the pure commands write nothing there."""
@@ -561,12 +576,26 @@ def cmd_status(args: argparse.Namespace) -> int:
         loaded, locations = _load(args)
         data = root_status(loaded, locations)
     recording.keep(locations, dict(data))  # before the host python is added to it
-    python = host_python(args, loaded)
+    from kvenv.env.place import host_python_of
+
+    python = host_python_of(loaded, args.python)  # what plan and apply would use
     return _print_status(args, data, python)
 
 
 def _print_status(args: argparse.Namespace, data: dict[str, Any], python: HostPython) -> int:
-    data["host_python"] = {"path": python.path, "source": python.source}
+    """Print the status ``data``; ``python`` is the interpreter a plain ``plan``/``apply``
+    with these flags uses (``current`` says what they would say), the one shown is the one
+    the current generation records (:func:`kvenv.env.place.judged_host_python`)."""
+    from kvenv.env.place import judged_host_python
+
+    recorded = data.get("python")
+    judged = judged_host_python(python, recorded, flag=args.python is not None)
+    if judged.note:
+        err(f"note: {judged.note}")
+    data["host_python"] = {"path": judged.path, "source": judged.source}
+    rebuilds = bool(data["current"]) and recorded is not None and python.path != recorded
+    if rebuilds:  # made for another interpreter: plan and apply would rebuild it for python
+        data["current"] = False
     if args.json:
         emit_json(data)
         return EXIT_OK
@@ -578,7 +607,7 @@ def _print_status(args: argparse.Namespace, data: dict[str, Any], python: HostPy
             f"owner: the root belongs to profile {owner['name']!r} "
             f"({owner['file'] or 'built-in'}), not to this one"
         )
-    out(f"host python: {python.describe()}")
+    out(f"host python: {judged.describe()}")
     if not data["applied"]:
         from kvenv.cli.hints import fix_command
 
@@ -586,7 +615,15 @@ def _print_status(args: argparse.Namespace, data: dict[str, Any], python: HostPy
         return EXIT_OK
     out(f"generation: {data['generation']} (applied {data['applied_at']})")
     out(f"distributions: {data['distributions']}")
-    state = "yes" if data["current"] else "no: profile, lock or native wheel changed; run apply"
+    if data["current"]:
+        state = "yes"
+    elif rebuilds:
+        state = (
+            f"no: applied for {recorded}; `kvenv apply` would rebuild it for "
+            f"{python.describe()} (give --python {recorded} to keep it)"
+        )
+    else:
+        state = "no: profile, lock or native wheel changed; run apply"
     out(f"current: {state}")
     return EXIT_OK
 
@@ -623,9 +660,14 @@ def cmd_verify(args: argparse.Namespace) -> int:
             f"nothing is applied for profile {loaded.profile.name} in {locations.root}",
             hint="run `{kvenv apply}` first",
         )
-    python = host_python(args, loaded)
+    python = judged_host(args, loaded, manifest.python)
     host = _host(None, python, _memo(args))
     drifts = verify(manifest, host, locations=locations)
+    if manifest.python is not None and python.path != manifest.python and not args.python:
+        drifts.insert(0, Drift(
+            "host", manifest.python,
+            f"the host interpreter the generation was applied for is gone: {manifest.python}",
+        ))  # fmt: skip
     drifts += verify_activation(manifest, loaded, host)
     if args.json:
         emit_json(

@@ -35,6 +35,7 @@ class AppliedState:
     overlay: InstalledOverlay | None
     note: str
     findings: tuple[DependencyFinding, ...] = ()
+    python: str | None = None  # the host interpreter the current generation was applied for
 
 
 def applied_state(loaded: LoadedProfile) -> AppliedState:
@@ -59,7 +60,8 @@ def applied_state(loaded: LoadedProfile) -> AppliedState:
     dirs = [Path(manifest.dirs.native), Path(manifest.dirs.overlay)]
     native = manifest.native.name if manifest.native else None
     overlay = installed_in(manifest.generation, expected, dirs, native)
-    return AppliedState(overlay, f"generation {manifest.generation} under {root}")
+    note = f"generation {manifest.generation} under {root}"
+    return AppliedState(overlay, note, python=manifest.python)
 
 
 def root_status(loaded: LoadedProfile, locations: Locations) -> dict[str, Any]:
@@ -96,6 +98,7 @@ def root_status(loaded: LoadedProfile, locations: Locations) -> dict[str, Any]:
         applied_at=manifest.created_at,
         manifest=str(manifest_path(locations.root, manifest.generation)),
         distributions=len(manifest.distributions),
+        python=manifest.python,  # the host interpreter it was applied for
         current=manifest.matches(
             loaded.digest, lock.digest if lock else None, native.sha256 if native else None
         ),
