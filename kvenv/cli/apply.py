@@ -270,7 +270,7 @@ def _again(command: str, args: argparse.Namespace, name: str) -> str:
 
 def _plan_lines(plan: Plan, python: HostPython | None = None) -> list[str]:
     """What ``kvenv plan`` prints for ``plan``, line by line."""
-    from kvenv.plan.make import plan_to_dict
+    from kvenv.plan.make import plan_to_dict, same_as_host
 
     data = plan_to_dict(plan)
     lines = [f"profile: {plan.profile} ({plan.profile_digest})"]
@@ -295,6 +295,9 @@ def _plan_lines(plan: Plan, python: HostPython | None = None) -> list[str]:
         for s in plan.shadows:
             host = s.host_version or "(version unknown)"
             lines.append(f"  {s.name}: host {host} -> {s.overlay_version}")
+    same = same_as_host(plan)
+    if same:
+        lines.append(f"overlay also carries, at the host's own version: {', '.join(same)}")
     if plan.up_to_date:
         lines.append("up to date: the applied generation matches this profile and lock")
     lines.append(f"compatible: {'yes' if plan.compatible else 'no'}")
