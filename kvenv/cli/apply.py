@@ -201,8 +201,9 @@ def judged_host(
 ) -> HostPython:
     """The host interpreter that a command judging the applied generation uses (``verify``,
     ``status``, ``doctor``): the one its manifest records (``recorded``) unless ``--python``
-    names another (:func:`kvenv.env.place.judged_host_python`); its note on stderr."""
-    from kvenv.env.place import host_python_of, judged_host_python
+    names another (:func:`kvenv.probe.interpreter.judged_host_python`); its note on stderr."""
+    from kvenv.env.place import host_python_of
+    from kvenv.probe.interpreter import judged_host_python
 
     flag = getattr(args, "python", None)
     host = judged_host_python(host_python_of(loaded, flag), recorded, flag=flag is not None)
@@ -588,8 +589,8 @@ def cmd_status(args: argparse.Namespace) -> int:
 def _print_status(args: argparse.Namespace, data: dict[str, Any], python: HostPython) -> int:
     """Print the status ``data``; ``python`` is the interpreter a plain ``plan``/``apply``
     with these flags uses (``current`` says what they would say), the one shown is the one
-    the current generation records (:func:`kvenv.env.place.judged_host_python`)."""
-    from kvenv.env.place import judged_host_python
+    the current generation records (:func:`kvenv.probe.interpreter.judged_host_python`)."""
+    from kvenv.probe.interpreter import judged_host_python
 
     recorded = data.get("python")
     judged = judged_host_python(python, recorded, flag=args.python is not None)
@@ -613,8 +614,14 @@ def _print_status(args: argparse.Namespace, data: dict[str, Any], python: HostPy
     out(f"host python: {judged.describe()}")
     if not data["applied"]:
         from kvenv.cli.hints import fix_command
+        from kvenv.env.placecheck import system_dir
 
-        out(f"applied: nothing (run `{fix_command(args, 'apply')}`)")
+        what = system_dir(data["root"])
+        if what is not None:  # `apply` refuses it: never suggest it
+            out(f"applied: nothing ({data['root']} is {what}: it can never be a runtime root;")
+            out("  give --root DIR, a directory of its own)")
+        else:
+            out(f"applied: nothing (run `{fix_command(args, 'apply')}`)")
         return EXIT_OK
     out(f"generation: {data['generation']} (applied {data['applied_at']})")
     out(f"distributions: {data['distributions']}")

@@ -29,26 +29,14 @@ from typing import Literal
 
 import attrs
 
+from kvenv.env.placecheck import SYSTEM_DIRS
 from kvenv.env.root import POINTER_NAME, RootLock, _is_generation_id, is_owned
 from kvenv.env.rootfiles import GENERATIONS
 from kvenv.env.seal import remove_sealed
 from kvenv.errors import ConflictError, InputError
 from kvenv.model.locations import LOCK_NAME, ROOT_MARKER, Locations
 
-DANGEROUS = (
-    "/",
-    "/root",
-    "/home",
-    "/usr",
-    "/usr/local",
-    "/opt",
-    "/etc",
-    "/var",
-    "/tmp",
-    "/kaggle",
-    "/kaggle/input",
-    "/kaggle/working",
-)
+DANGEROUS = SYSTEM_DIRS  # the reference system's list, shared with placecheck
 # kvenv's own names at the top of a root, besides ``generations`` (removed entry by entry).
 ROOT_NAMES = (
     POINTER_NAME,
