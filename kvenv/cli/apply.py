@@ -632,6 +632,10 @@ def _print_status(args: argparse.Namespace, data: dict[str, Any], python: HostPy
             f"no: applied for {recorded}; `kvenv apply` would rebuild it for "
             f"{python.describe()} (give --python {recorded} to keep it)"
         )
+    elif data.get("lock_problem"):  # not locked (or unreadable): what apply would refuse
+        from kvenv.cli.hints import fix_command
+
+        state = f"no: {data['lock_problem']}; make it with `{fix_command(args, 'lock')}`"
     else:
         state = "no: profile, lock or native wheel changed; run apply"
     out(f"current: {state}")

@@ -20,7 +20,7 @@ from kvenv.env.root import (
     owner_of,
     read_owner,
 )
-from kvenv.errors import InputError, IntegrityError
+from kvenv.errors import InputError, IntegrityError, LockError
 from kvenv.lock.input import profile_lock
 from kvenv.model.loading import LoadedProfile
 from kvenv.model.locations import Locations, resolve_locations
@@ -88,7 +88,11 @@ def root_status(loaded: LoadedProfile, locations: Locations) -> dict[str, Any]:
     data["generations"] = list_generations(locations)
     if manifest is None or pointer is None:
         return data
-    lock = profile_lock(loaded)
+    try:
+        lock = profile_lock(loaded)
+    except LockError as exc:  # never locked, or unreadable: not current, and status says why
+        lock = None
+        data["lock_problem"] = exc.message
     native = loaded.profile.native
     data.update(
         applied=True,
@@ -99,7 +103,8 @@ def root_status(loaded: LoadedProfile, locations: Locations) -> dict[str, Any]:
         manifest=str(manifest_path(locations.root, manifest.generation)),
         distributions=len(manifest.distributions),
         python=manifest.python,  # the host interpreter it was applied for
-        current=manifest.matches(
+        current="lock_problem" not in data
+        and manifest.matches(
             loaded.digest, lock.digest if lock else None, native.sha256 if native else None
         ),
     )
