@@ -331,3 +331,4 @@ def test_verify_status_and_doctor_judge_the_recorded_host(
     metadata.write_text(metadata.read_text().replace(f"Version: {TORCH}", "Version: 2.14.0"))
     drift = kvenv("verify", profile, *paths, code=1)
     assert "torch changed" in drift.stdout + drift.stderr
+    assert "the host changed, not what kvenv installed" in drift.stderr  # not "repair it"
