@@ -83,9 +83,8 @@ class PlanArtifact:
 
 @attrs.frozen
 class Shadow:
-    """A distribution the overlay provides that the host has at another version (or at a
-    version it does not know). The same version on both sides is no shadow: the plan's text
-    names those apart (:func:`same_as_host`)."""
+    """A distribution the overlay provides that the host has at another version (or at an
+    unknown one); the same version on both sides is not a shadow."""
 
     name: str
     overlay_version: str
