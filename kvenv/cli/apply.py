@@ -571,9 +571,7 @@ def cmd_status(args: argparse.Namespace) -> int:
     if recalled is not None:
         python, data = recalled
         assert python is not None
-        if python.note:
-            err(f"note: {python.note}")
-        return _print_status(args, data, python)
+        return _print_status(args, data, python)  # says the host's note, as the full path
     from kvenv.env.applied import root_status
 
     with answers.Recording("status", args) as recording:  # what the full path reads

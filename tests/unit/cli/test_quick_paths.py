@@ -142,6 +142,11 @@ def test_note_on_stderr_is_the_same(cli: Cli) -> None:
     fast = cli.run("plan", cli.profile, env=env)
     assert cli.taken == "quick"
     assert fast == slow and "note: no host interpreter found" in fast[2]
+    env["KVENV_ROOT"] = str(cli.tmp / "nothing-applied")  # status: no recorded interpreter
+    slow = cli.run("status", cli.profile, env=env)
+    fast = cli.run("status", cli.profile, env=env)
+    assert cli.taken == "quick"
+    assert fast == slow and fast[2].count("note: no host interpreter found") == 1
 
 
 def test_edited_lock_takes_the_full_path(cli: Cli) -> None:
