@@ -479,18 +479,18 @@ def cmd_doctor(args: argparse.Namespace) -> int:
     from kvenv.probe.doctor import diagnose
 
     loaded = load_profile(args.profile)
+    applied = applied_state(loaded)
     if args.host:
         host, source = _load_host(args.host)
-    else:  # the host interpreter, resolved as plan, apply and verify resolve it
-        from kvenv.cli.apply import host_python
+    else:  # the host interpreter the applied generation records, as verify and status judge
+        from kvenv.cli.apply import judged_host
 
-        python = host_python(args, loaded)
+        python = judged_host(args, loaded, applied.python)
         host, _ = _load_host(
             None, import_torch=args.import_torch, python=None if python.own else python.path
         )
         source = f"live probe of {python.describe()}"
     recorded = recorded_host(loaded)
-    applied = applied_state(loaded)
     report = diagnose(
         loaded.profile,
         host,

@@ -52,10 +52,12 @@ def _location(import_name: str) -> Path | None:
 
 def links_for(provided: Iterable[str]) -> tuple[dict[str, Path], list[str]]:
     """The links ``kvenv-lib`` gets (entry name -> target) when the host and the generation
-    provide the distributions ``provided``, and notes about what could not be linked."""
+    provide the distributions ``provided``, and notes about what could not be linked (what
+    lies in an archive, as when kvenv runs as a single file, is said in one note)."""
     have = {canonicalize_name(n) for n in provided}
     links: dict[str, Path] = {}
     notes: list[str] = []
+    archived: list[str] = []
     wanted: dict[str, tuple[str, ...]] = {}
     if KVENV_DISTRIBUTION not in have:
         wanted[KVENV_DISTRIBUTION] = ("kvenv",)
@@ -67,9 +69,14 @@ def links_for(provided: Iterable[str]) -> tuple[dict[str, Path], list[str]]:
                 notes.append(f"{KVENV_LIB}: {name} ({dist}) is not importable by kvenv itself")
                 continue
             if not (target.is_dir() or target.suffix == ".py"):  # kvenv runs from a zip app
-                notes.append(f"{KVENV_LIB}: {name} ({dist}) lies in an archive, not linked")
+                archived.append(name)
                 continue
             links[target.name] = target.resolve()
+    if archived:
+        notes.append(
+            f"{KVENV_LIB}: {', '.join(archived)} not linked: kvenv runs from an archive (a "
+            "single file); a program in the generation imports them only from the host"
+        )
     return links, notes
 
 

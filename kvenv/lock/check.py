@@ -215,7 +215,9 @@ def _check_native(loaded: LoadedProfile, lock: LockFile, file: str) -> Iterator[
     wheel, at = wheels[0], f"{where}.wheels[0]"
     if wheel.hashes.get("sha256") != pin.sha256:
         yield relock(
-            f"the native wheel's sha256 is not the profile's {pin.sha256}", f"{at}.hashes.sha256"
+            f"the native wheel's sha256 is {wheel.hashes.get('sha256')}; the profile pins "
+            f"{pin.sha256}",
+            f"{at}.hashes.sha256",
         )
     size: int | None = pin.size
     if size is None and isinstance(pin.source, PathSource):

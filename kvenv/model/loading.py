@@ -125,10 +125,11 @@ def find_profile(ref: str, *, cwd: Path | None = None) -> tuple[Path, str]:
             + (f" ({foreign}: a look-alike?)" if foreign else ""),
             hint="a name is lowercase letters, digits, '.', '_' and '-'; a path ends in .toml",
         )
-    looked: list[str] = []
+    looked: dict[str, list[str]] = {}  # directory -> what it is (said in the error)
+    labels = {"project": "the project's", ENV_PATH: f"${ENV_PATH}", "builtin": "the built-ins"}
     for origin, directory in _search_dirs(here):
         candidate = directory / f"{ref}.toml"
-        looked.append(str(directory))
+        looked.setdefault(str(directory), []).append(labels.get(origin, origin))
         memo.note("stat", str(directory))  # a profile added here would shadow a later one
         if candidate.is_file():
             return candidate, origin
@@ -153,7 +154,7 @@ def find_profile(ref: str, *, cwd: Path | None = None) -> tuple[Path, str]:
         f"no profile named {ref!r}",
         hint=(f"did you mean {close[0]!r}? " if close else "")
         + "looked in "
-        + ", ".join(dict.fromkeys(looked))
+        + ", ".join(f"{d} ({', '.join(dict.fromkeys(w))})" for d, w in looked.items())
         + "; `kvenv profiles` lists them",
     )
 

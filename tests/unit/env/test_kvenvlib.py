@@ -10,6 +10,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from kvenv.env.activation import build_activation
 from kvenv.env.kvenvlib import KVENV_LIB, RUNTIME_REQUIREMENTS, expose_kvenv, links_for
 from tests.support.paths import REPO
@@ -44,6 +46,24 @@ def test_only_what_is_missing_is_linked() -> None:
     assert notes == []
     everything = ["kvenv-overlay", "attrs", "cattrs", "Packaging", "typing_extensions"]
     assert links_for(everything) == ({}, [])  # the host's (or overlay's) copies win
+
+
+def test_what_lies_in_an_archive_is_one_note(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """kvenv run as a single file: its packages lie in the archive; one note names them all
+    (not six notes, one per package)."""
+    import kvenv.env.kvenvlib as kvenvlib
+
+    archive = tmp_path / "kvenv.pyz"
+    monkeypatch.setattr(kvenvlib, "_location", lambda name: archive / name)
+    links, notes = links_for([])
+    assert links == {}
+    assert notes == [
+        f"{KVENV_LIB}: kvenv, attr, attrs, cattrs, packaging, typing_extensions not linked: "
+        "kvenv runs from an archive (a single file); a program in the generation imports them "
+        "only from the host"
+    ]
 
 
 def _bare_python(tmp_path: Path) -> Path:
