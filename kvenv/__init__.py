@@ -5,7 +5,10 @@ Importing this package does no I/O and imports neither vllm, torch nor huggingfa
 
 from __future__ import annotations
 
-__version__ = "0.1.0"
+try:  # written by the build (hatch-vcs, from git: docs/compatibility.md); git-ignored
+    from kvenv._version import __version__
+except ImportError:  # a source tree on sys.path that was never built or installed
+    __version__ = "0.2.0.dev0+unknown"
 
 __all__ = ["__version__", "activate"]
 

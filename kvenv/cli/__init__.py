@@ -45,6 +45,9 @@ __all__ = [
 _GROUPS: tuple[str, ...] = (
     "kvenv.cli.profiles",
     "kvenv.cli.lock",
+    "kvenv.cli.edit",
+    "kvenv.cli.pin",
+    "kvenv.cli.lockview",
     "kvenv.cli.apply",
     "kvenv.cli.host",
     "kvenv.cli.runtime",
@@ -61,7 +64,10 @@ _GROUPS: tuple[str, ...] = (
 # by tests/unit/cli/test_parser_groups.py.
 _GROUP_OF: dict[str, str] = {
     **dict.fromkeys(("profiles", "show", "validate", "schema"), "kvenv.cli.profiles"),
-    "lock": "kvenv.cli.lock",
+    **dict.fromkeys(("lock", "diff"), "kvenv.cli.lock"),
+    **dict.fromkeys(("add", "remove"), "kvenv.cli.edit"),
+    "pin": "kvenv.cli.pin",
+    **dict.fromkeys(("why", "tree", "export"), "kvenv.cli.lockview"),
     **dict.fromkeys(
         ("plan", "apply", "bootstrap", "activate", "env", "status", "verify", "reset"),
         "kvenv.cli.apply",

@@ -196,6 +196,22 @@ def host_python(args: argparse.Namespace, loaded: LoadedProfile) -> HostPython:
     return host
 
 
+def judged_host(
+    args: argparse.Namespace, loaded: LoadedProfile, recorded: str | None
+) -> HostPython:
+    """The host interpreter that a command judging the applied generation uses (``verify``,
+    ``status``, ``doctor``): the one its manifest records (``recorded``) unless ``--python``
+    names another (:func:`kvenv.probe.interpreter.judged_host_python`); its note on stderr."""
+    from kvenv.env.place import host_python_of
+    from kvenv.probe.interpreter import judged_host_python
+
+    flag = getattr(args, "python", None)
+    host = judged_host_python(host_python_of(loaded, flag), recorded, flag=flag is not None)
+    if host.note:
+        err(f"note: {host.note}")
+    return host
+
+
 def _memo(args: argparse.Namespace) -> Path:
     """The user's own cache directory, where memos go (:func:`kvenv.model.places.memo_root`):
     never a profile's ``[paths] cache``, so the pure commands write nothing there."""
@@ -255,7 +271,7 @@ def _again(command: str, args: argparse.Namespace, name: str) -> str:
 
 def _plan_lines(plan: Plan, python: HostPython | None = None) -> list[str]:
     """What ``kvenv plan`` prints for ``plan``, line by line."""
-    from kvenv.plan.make import plan_to_dict
+    from kvenv.plan.make import plan_to_dict, same_as_host
 
     data = plan_to_dict(plan)
     lines = [f"profile: {plan.profile} ({plan.profile_digest})"]
@@ -280,6 +296,9 @@ def _plan_lines(plan: Plan, python: HostPython | None = None) -> list[str]:
         for s in plan.shadows:
             host = s.host_version or "(version unknown)"
             lines.append(f"  {s.name}: host {host} -> {s.overlay_version}")
+    same = same_as_host(plan)
+    if same:
+        lines.append(f"overlay also carries, at the host's own version: {', '.join(same)}")
     if plan.up_to_date:
         lines.append("up to date: the applied generation matches this profile and lock")
     lines.append(f"compatible: {'yes' if plan.compatible else 'no'}")
@@ -552,21 +571,33 @@ def cmd_status(args: argparse.Namespace) -> int:
     if recalled is not None:
         python, data = recalled
         assert python is not None
-        if python.note:
-            err(f"note: {python.note}")
-        return _print_status(args, data, python)
+        return _print_status(args, data, python)  # says the host's note, as the full path
     from kvenv.env.applied import root_status
 
     with answers.Recording("status", args) as recording:  # what the full path reads
         loaded, locations = _load(args)
         data = root_status(loaded, locations)
     recording.keep(locations, dict(data))  # before the host python is added to it
-    python = host_python(args, loaded)
+    from kvenv.env.place import host_python_of
+
+    python = host_python_of(loaded, args.python)  # what plan and apply would use
     return _print_status(args, data, python)
 
 
 def _print_status(args: argparse.Namespace, data: dict[str, Any], python: HostPython) -> int:
-    data["host_python"] = {"path": python.path, "source": python.source}
+    """Print the status ``data``; ``python`` is the interpreter a plain ``plan``/``apply``
+    with these flags uses (``current`` says what they would say), the one shown is the one
+    the current generation records (:func:`kvenv.probe.interpreter.judged_host_python`)."""
+    from kvenv.probe.interpreter import judged_host_python
+
+    recorded = data.get("python")
+    judged = judged_host_python(python, recorded, flag=args.python is not None)
+    if judged.note:
+        err(f"note: {judged.note}")
+    data["host_python"] = {"path": judged.path, "source": judged.source}
+    rebuilds = bool(data["current"]) and recorded is not None and python.path != recorded
+    if rebuilds:  # made for another interpreter: plan and apply would rebuild it for python
+        data["current"] = False
     if args.json:
         emit_json(data)
         return EXIT_OK
@@ -578,15 +609,33 @@ def _print_status(args: argparse.Namespace, data: dict[str, Any], python: HostPy
             f"owner: the root belongs to profile {owner['name']!r} "
             f"({owner['file'] or 'built-in'}), not to this one"
         )
-    out(f"host python: {python.describe()}")
+    out(f"host python: {judged.describe()}")
     if not data["applied"]:
         from kvenv.cli.hints import fix_command
+        from kvenv.env.placecheck import system_dir
 
-        out(f"applied: nothing (run `{fix_command(args, 'apply')}`)")
+        what = system_dir(data["root"])
+        if what is not None:  # `apply` refuses it: never suggest it
+            out(f"applied: nothing ({data['root']} is {what}: it can never be a runtime root;")
+            out("  give --root DIR, a directory of its own)")
+        else:
+            out(f"applied: nothing (run `{fix_command(args, 'apply')}`)")
         return EXIT_OK
     out(f"generation: {data['generation']} (applied {data['applied_at']})")
     out(f"distributions: {data['distributions']}")
-    state = "yes" if data["current"] else "no: profile, lock or native wheel changed; run apply"
+    if data["current"]:
+        state = "yes"
+    elif rebuilds:
+        state = (
+            f"no: applied for {recorded}; `kvenv apply` would rebuild it for "
+            f"{python.describe()} (give --python {recorded} to keep it)"
+        )
+    elif data.get("lock_problem"):  # not locked (or unreadable): what apply would refuse
+        from kvenv.cli.hints import fix_command
+
+        state = f"no: {data['lock_problem']}; make it with `{fix_command(args, 'lock')}`"
+    else:
+        state = "no: profile, lock or native wheel changed; run apply"
     out(f"current: {state}")
     return EXIT_OK
 
@@ -623,9 +672,14 @@ def cmd_verify(args: argparse.Namespace) -> int:
             f"nothing is applied for profile {loaded.profile.name} in {locations.root}",
             hint="run `{kvenv apply}` first",
         )
-    python = host_python(args, loaded)
+    python = judged_host(args, loaded, manifest.python)
     host = _host(None, python, _memo(args))
     drifts = verify(manifest, host, locations=locations)
+    if manifest.python is not None and python.path != manifest.python and not args.python:
+        drifts.insert(0, Drift(
+            "host", manifest.python,
+            f"the host interpreter the generation was applied for is gone: {manifest.python}",
+        ))  # fmt: skip
     drifts += verify_activation(manifest, loaded, host)
     if args.json:
         emit_json(
@@ -655,15 +709,18 @@ def cmd_reset(args: argparse.Namespace) -> int:
     from kvenv.env.reset import execute_reset, plan_reset
     from kvenv.errors import UsageError
 
-    _, locations = _load(args)
-    plan = plan_reset(locations, purge_cache=args.purge_cache)
+    loaded, locations = _load(args)
+    plan = plan_reset(locations, purge_cache=args.purge_cache, given_root=_given_root(args, loaded))
     rows = [
         {"label": t.label, "path": t.path, "action": t.action, "reason": t.reason}
         for t in plan.targets
     ]
+    kept = [t.path for t in plan.kept]
     if args.dry_run or not args.yes:
         if args.json and args.dry_run:
-            emit_json({"root": plan.root, "dry_run": True, "targets": rows, "removed": []})
+            emit_json(
+                {"root": plan.root, "dry_run": True, "targets": rows, "removed": [], "kept": kept}
+            )
         elif not args.json:  # with --json and no --yes, one JSON document: the error alone
             for row in rows:
                 out(f"{row['action']:<8} {row['path']}  ({row['reason']})")
@@ -677,9 +734,36 @@ def cmd_reset(args: argparse.Namespace) -> int:
         return EXIT_OK
     removed = execute_reset(plan, locations, on_wait=err)
     if args.json:
-        emit_json({"root": plan.root, "dry_run": False, "targets": rows, "removed": removed})
+        emit_json(
+            {"root": plan.root, "dry_run": False, "targets": rows, "removed": removed, "kept": kept}
+        )
         return EXIT_OK
     for path in removed:
         out(f"removed {path}")
-    out(f"reset complete; cache preserved: {plan.cache}" if not args.purge_cache else "reset done")
+    for target in plan.kept:
+        out(f"kept {target.path}  ({target.reason})")
+    if not removed:
+        out(f"nothing to remove: nothing is applied in {plan.root}")
+    elif kept:
+        out(f"reset complete; {plan.root} stays: it holds what kvenv did not make (kept above)")
+    else:
+        out("reset complete")
+    if args.purge_cache:
+        return EXIT_OK
+    if plan.cache_kept:
+        out(f"cache preserved: {plan.cache} (remove it with --purge-cache)")
     return EXIT_OK
+
+
+def _given_root(args: argparse.Namespace, loaded: LoadedProfile) -> str | None:
+    """The runtime root as the user wrote it (``--root``, ``$KVENV_ROOT``, the profile's
+    ``[paths] root``), before it was made canonical; None for the default root."""
+    import os
+
+    from kvenv.model.places import ENV_ROOT
+
+    if args.root is not None:
+        return str(args.root)
+    if os.environ.get(ENV_ROOT):
+        return os.environ[ENV_ROOT]
+    return loaded.profile.paths.root

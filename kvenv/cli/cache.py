@@ -83,11 +83,13 @@ def _locations(args: argparse.Namespace) -> Locations:
 
 def _missing(args: argparse.Namespace, locations: Locations) -> int | None:
     """When the cache directory does not exist: say so (verify: exit 2, nothing to check);
-    else None."""
+    else None. A cache that is a file is refused as one (exit 2), for every cache command."""
+    from kvenv.env.placecheck import refuse_file_places
     from kvenv.errors import InputError
 
     if locations.cache.is_dir():
         return None
+    refuse_file_places(locations)  # a file, not a directory: say that, and where it was set
     what = f"cache {locations.cache} (from {locations.cache_from}) does not exist"
     if args.cache_command == "verify":
         raise InputError(

@@ -53,7 +53,7 @@ def cmd_list(args: argparse.Namespace) -> int:
     import attrs
 
     from kvenv.cli.apply import _owned
-    from kvenv.env.generations import installed_rows
+    from kvenv.env.generations import absent_protected, installed_rows
     from kvenv.env.root import current_manifest
     from kvenv.errors import InputError
 
@@ -65,12 +65,15 @@ def cmd_list(args: argparse.Namespace) -> int:
             hint="run `{kvenv apply}` first",
         )
     rows = installed_rows(manifest)
+    absent = absent_protected(manifest)
     if args.json:
         emit_json(
             {
                 "root": str(locations.root),
                 "generation": manifest.generation,
+                "host_python": manifest.python,  # the host it was applied for (as recorded)
                 "distributions": [attrs.asdict(r) for r in rows],
+                "host_absent": absent,
             }
         )
         return EXIT_OK
@@ -79,6 +82,10 @@ def cmd_list(args: argparse.Namespace) -> int:
     out(f"{'-' * width}  {'-' * 20}  -------")
     for row in rows:
         out(f"{row.name:<{width}}  {row.version or '(unknown)':<20}  {row.origin}")
+    if absent:
+        out(f"protected, absent on the host when applied: {', '.join(absent)}")
+    if manifest.python:
+        out(f"host python: {manifest.python} (recorded in the current generation's manifest)")
     return EXIT_OK
 
 

@@ -53,7 +53,11 @@ def register(sub: Any) -> None:
         help="describe this host as the target and save its snapshot beside the profile",
     )
     p.add_argument("--dir", metavar="DIR", default=".", help="project directory (default: .)")
-    p.add_argument("--python", metavar="EXE", help="with --from-host: the interpreter to probe")
+    p.add_argument(
+        "--python",
+        metavar="EXE",
+        help="with --from-host: the interpreter to probe, recorded as [host] python",
+    )
     p.set_defaults(func=cmd_init)
 
     p = sub.add_parser("doctor", help="check a host against a profile (exit 0 ok, 1 not)")
@@ -370,16 +374,24 @@ def cmd_init(args: argparse.Namespace) -> int:
     if args.python and not args.from_host:
         raise UsageError("--python is only meaningful with --from-host")
     host: Callable[[], HostSnapshot] | None = None
+    python: str | None = None
     if args.from_host:
         from kvenv.probe.host import take_snapshot
 
-        host = functools.partial(take_snapshot, python=args.python)
+        if args.python is not None:
+            from kvenv.probe.interpreter import resolve_host_python
+
+            # The same rule every command uses (a bare name is looked up on PATH): the path
+            # recorded as [host] python is the interpreter probed.
+            python = resolve_host_python(flag=args.python, environ={}).path
+        host = functools.partial(take_snapshot, python=python)
     result = init_profile(
         args.name,
         Path(args.dir),
         extends=args.extends,
         host=host,
         today=datetime.date.today().isoformat(),
+        python=python,
     )
     out(f"wrote {result.profile}")
     if result.snapshot is not None:
@@ -467,18 +479,18 @@ def cmd_doctor(args: argparse.Namespace) -> int:
     from kvenv.probe.doctor import diagnose
 
     loaded = load_profile(args.profile)
+    applied = applied_state(loaded)
     if args.host:
         host, source = _load_host(args.host)
-    else:  # the host interpreter, resolved as plan, apply and verify resolve it
-        from kvenv.cli.apply import host_python
+    else:  # the host interpreter the applied generation records, as verify and status judge
+        from kvenv.cli.apply import judged_host
 
-        python = host_python(args, loaded)
+        python = judged_host(args, loaded, applied.python)
         host, _ = _load_host(
             None, import_torch=args.import_torch, python=None if python.own else python.path
         )
         source = f"live probe of {python.describe()}"
     recorded = recorded_host(loaded)
-    applied = applied_state(loaded)
     report = diagnose(
         loaded.profile,
         host,

@@ -58,8 +58,32 @@ def register(sub: Any) -> None:
             *flags, type=Path, action="append", default=[], metavar="FILE", help=text
         )
     parser.add_argument(
-        "--fresh", action="store_true", help="ignore the existing lock's recorded inputs"
+        "--fresh",
+        action="store_true",
+        help="ignore the existing lock's recorded inputs (its pins, one-off --require/-c); "
+        "what the profile declares stays",
     )
+    parser.add_argument(
+        "--upgrade",
+        "-U",
+        action="store_true",
+        help="move every package to the newest version that fits (keep no pin of the lock)",
+    )
+    parser.add_argument(
+        "--upgrade-package",
+        "-P",
+        action="append",
+        default=[],
+        metavar="NAME[==VERSION]",
+        help="move NAME to the newest version that fits (or to VERSION); every other package "
+        "keeps its pin; repeatable",
+    )
+    parser.add_argument(
+        "--dry-run",
+        action="store_true",
+        help="resolve and say what would change; write nothing",
+    )
+    add_format_flag(parser)
     parser.add_argument("--cache-dir", help="cache directory (default: user cache)")
     parser.add_argument(
         "--portable",
@@ -70,6 +94,78 @@ def register(sub: Any) -> None:
         "--no-portable writes each wheel's index URL",
     )
     parser.set_defaults(func=run)
+    diff = sub.add_parser(
+        "diff",
+        help="what changed between two lock files (added, removed, updated, native, host)",
+        description="Compare two pylock files offline, as `kvenv lock` reports its own "
+        "changes: e.g. review a pull request's lock (`git show main:locks/pylock.P.toml > "
+        "old.toml; kvenv diff old.toml locks/pylock.P.toml`).",
+    )
+    diff.add_argument("old", type=Path, help="the lock before")
+    diff.add_argument("new", type=Path, help="the lock after")
+    diff.add_argument("--json", action="store_true", help="machine-readable output")
+    add_format_flag(diff)
+    diff.set_defaults(func=run_diff)
+
+
+def add_format_flag(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--format",
+        choices=("text", "markdown"),
+        default="text",
+        help="how to print the changes: text (default) or a markdown table for a pull request",
+    )
+
+
+def run_diff(args: argparse.Namespace) -> int:
+    """``kvenv diff OLD NEW``: the changes between two lock files."""
+    from kvenv.lock.changes import lock_changes
+
+    old, new = (_lock_document(path) for path in (args.old, args.new))
+    changes = lock_changes(old, new)
+    if args.json:
+        emit_json({"old": str(args.old), "new": str(args.new), "changes": changes.to_json()})
+        return EXIT_OK
+    _print_changes(args, changes.to_json(), title=f"{args.new.name} changes")
+    return EXIT_OK
+
+
+def _lock_document(path: Path) -> dict[str, Any]:
+    """A lock file read as TOML; one that is not a PEP 751 lock is refused (nothing to compare)."""
+    from kvenv._util import tomlio
+    from kvenv.errors import InputError, Problem
+    from kvenv.lock.pylock import MAX_LOCK_BYTES
+
+    document = tomlio.read(path, max_bytes=MAX_LOCK_BYTES, what="lock")
+    if "lock-version" not in document or not isinstance(document.get("packages", []), list):
+        raise InputError(
+            f"not a lock file: {path}",
+            problems=[
+                Problem(
+                    "no lock-version (or no [[packages]] array): this is not a PEP 751 lock",
+                    file=str(path),
+                    path="$.lock-version",
+                    fix="give two pylock.*.toml files",
+                )
+            ],
+        )
+    return document
+
+
+def _print_changes(args: argparse.Namespace, data: dict[str, Any], *, title: str) -> None:
+    """The change lines (or, with ``--format markdown``, the table) of ``data``, a
+    :meth:`kvenv.lock.changes.Changes.to_json`."""
+    from kvenv.lock.changes import Changes, markdown, text_lines
+
+    changes = Changes.from_json(data)
+    if args.format == "markdown":
+        out(markdown(changes, title=title).rstrip("\n"))
+        return
+    lines = text_lines(changes)
+    for line in lines:
+        out(line)
+    if not lines:
+        out("No changes to packages, the native pin or the host")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -117,7 +213,7 @@ def _quick_check(args: argparse.Namespace) -> int | None:
     from kvenv.lock.quick import CHECK_KIND, check_key, recall
 
     root = _root(args)
-    kept = recall(root, CHECK_KIND, check_key(args.profile, args.output, root))
+    kept = recall(root, CHECK_KIND, check_key(args.profile, args.output, root, _indexes(args)))
     if kept is None:
         return None
     try:
@@ -161,7 +257,7 @@ def _check(args: argparse.Namespace, loaded: Any) -> int:
     with memo.recording() as reads:  # what the check reads, as it reads it
         lock = read_lock(path)
         host = recorded_host(loaded, must_exist=True).snapshot
-        report = check_lock(loaded, lock, host, _wheel_at_hand(args.cache_dir))
+        report = check_lock(loaded, lock, host, _wheel_at_hand(args.cache_dir), _published(args))
     if report.ok:
         from contextlib import suppress
 
@@ -172,7 +268,7 @@ def _check(args: argparse.Namespace, loaded: Any) -> int:
         kept = {"path": str(path), "json": report.to_json(), "count": count, "skipped": skipped}
         with suppress(KvenvError):  # a blank --cache-dir or $KVENV_CACHE_DIR: nothing kept
             root = _root(args)
-            key = check_key(args.profile, args.output, root)
+            key = check_key(args.profile, args.output, root, _indexes(args))
             memo.put(root, CHECK_KIND, key, [*loaded.reads, *reads.deps], kept)
         return _passed(args, path, report.to_json(), count, skipped)
     if args.json:
@@ -206,6 +302,7 @@ def _quick_lock(args: argparse.Namespace) -> int | None:
     except (KeyError, TypeError, ValueError):
         return None
     data["changed"] = False  # only a lock that left the file as it was is kept
+    data["dry-run"] = bool(args.dry_run)
     return _report(args, data, _package_count(text))
 
 
@@ -246,6 +343,8 @@ def _lock(args: argparse.Namespace, loaded: Any) -> int:
         offline=args.offline,
         refresh=args.refresh,
         fresh=args.fresh,
+        upgrade=args.upgrade,
+        upgrade_packages=tuple(args.upgrade_package),
         cache_dir=_cache_dir(args.cache_dir),
         portable=args.portable,
         wheel_at_hand=_wheel_at_hand(args.cache_dir),
@@ -267,9 +366,12 @@ def _lock(args: argparse.Namespace, loaded: Any) -> int:
 
     with memo.recording() as reads:  # the wheels at hand the protected-name check looks for
         result = lock_profile(loaded, options)
-    if result.changed:
+    if result.changed and not args.dry_run:
         write_lock(result.path, result.text)
     data = dict(summary(result))
+    data["dry-run"] = bool(args.dry_run)
+    data["changes"] = _changes(result.old, result.text, result.path)
+    data["kept"] = list(result.kept)
     if kept and not result.changed:
         from kvenv.lock.quick import RESULT_KIND, result_key
 
@@ -277,6 +379,22 @@ def _lock(args: argparse.Namespace, loaded: Any) -> int:
         deps = [*loaded.reads, *inputs, *reads.deps]
         memo.put(root, RESULT_KIND, result_key(flags, index, root), deps, value)
     return _report(args, data, _package_count(result.text))
+
+
+def _changes(old: str | None, new: str, path: Path) -> dict[str, Any]:
+    """The changes from the lock's text ``old`` (None: no lock) to ``new``, as JSON. An old
+    text that is not a lock (damaged, hand-edited into nonsense) counts as no lock."""
+    from kvenv._util import tomlio
+    from kvenv.errors import KvenvError
+    from kvenv.lock.changes import lock_changes
+
+    before = None
+    if old is not None:
+        try:
+            before = tomlio.loads(old, file=str(path))
+        except KvenvError:
+            before = None
+    return lock_changes(before, tomlio.loads(new, file=str(path))).to_json()
 
 
 def _package_count(text: str) -> int:
@@ -292,7 +410,23 @@ def _report(args: argparse.Namespace, data: dict[str, Any], packages: int) -> in
     if args.json:
         emit_json(data)
         return EXIT_OK
-    out(f"{'wrote' if data['changed'] else 'unchanged'}: {data['lock']}")
+    kept = list(data.get("kept", []))
+    if kept:
+        shown = ", ".join(kept[:3]) + (f" and {len(kept) - 3} more" if len(kept) > 3 else "")
+        err(
+            f"note: kept from the lock: {shown} (declare them in the profile with `kvenv add`, "
+            "or drop them with --fresh)"
+        )
+    if args.format == "markdown":
+        changes = data.get("changes")
+        if changes is not None:
+            _print_changes(args, changes, title=f"{Path(data['lock']).name} changes")
+        return EXIT_OK
+    if data["changed"] and data.get("dry-run"):
+        verb = "would write"
+    else:
+        verb = "wrote" if data["changed"] else "unchanged"
+    out(f"{verb}: {data['lock']}")
     shadows: list[dict[str, str]] = list(data["shadows"])
     overlay = len(data["packages"])
     native = "the native wheel and " if packages > overlay else ""
@@ -306,7 +440,31 @@ def _report(args: argparse.Namespace, data: dict[str, Any], packages: int) -> in
             f"  note: the overlay shadows host {shadow['name']} {shadow['host-version']} "
             f"with {shadow['overlay-version']}"
         )
+    if data.get("changes") is not None and data["changed"]:
+        _print_changes(args, data["changes"], title="")
     return EXIT_OK
+
+
+def _indexes(args: argparse.Namespace) -> list[Any]:
+    """The index flags and variables, as values (a check's record is kept under them)."""
+    from kvenv.lock.indexflags import index_values
+
+    return list(index_values(**_index_flags(args)))
+
+
+def _published(args: argparse.Namespace) -> Any:
+    """The sha256 the indexes publish for a wheel, from kvenv's page cache only (offline)."""
+    from kvenv.lock.cache import IndexCache
+    from kvenv.lock.published import published_in_cache
+    from kvenv.model.locations import default_cache_dir
+
+    def indexes() -> list[str]:
+        from kvenv.lock.sources import index_config
+
+        return index_config(**_index_flags(args)).index_urls()
+
+    cache = IndexCache(_cache_dir(args.cache_dir) or default_cache_dir())
+    return published_in_cache(cache, indexes)
 
 
 def _cache_dir(value: str | None) -> Path | None:

@@ -20,7 +20,7 @@ from kvenv.env.root import (
     owner_of,
     read_owner,
 )
-from kvenv.errors import InputError, IntegrityError
+from kvenv.errors import InputError, IntegrityError, LockError
 from kvenv.lock.input import profile_lock
 from kvenv.model.loading import LoadedProfile
 from kvenv.model.locations import Locations, resolve_locations
@@ -35,6 +35,7 @@ class AppliedState:
     overlay: InstalledOverlay | None
     note: str
     findings: tuple[DependencyFinding, ...] = ()
+    python: str | None = None  # the host interpreter the current generation was applied for
 
 
 def applied_state(loaded: LoadedProfile) -> AppliedState:
@@ -59,7 +60,8 @@ def applied_state(loaded: LoadedProfile) -> AppliedState:
     dirs = [Path(manifest.dirs.native), Path(manifest.dirs.overlay)]
     native = manifest.native.name if manifest.native else None
     overlay = installed_in(manifest.generation, expected, dirs, native)
-    return AppliedState(overlay, f"generation {manifest.generation} under {root}")
+    note = f"generation {manifest.generation} under {root}"
+    return AppliedState(overlay, note, python=manifest.python)
 
 
 def root_status(loaded: LoadedProfile, locations: Locations) -> dict[str, Any]:
@@ -86,7 +88,11 @@ def root_status(loaded: LoadedProfile, locations: Locations) -> dict[str, Any]:
     data["generations"] = list_generations(locations)
     if manifest is None or pointer is None:
         return data
-    lock = profile_lock(loaded)
+    try:
+        lock = profile_lock(loaded)
+    except LockError as exc:  # never locked, or unreadable: not current, and status says why
+        lock = None
+        data["lock_problem"] = exc.message
     native = loaded.profile.native
     data.update(
         applied=True,
@@ -96,7 +102,9 @@ def root_status(loaded: LoadedProfile, locations: Locations) -> dict[str, Any]:
         applied_at=manifest.created_at,
         manifest=str(manifest_path(locations.root, manifest.generation)),
         distributions=len(manifest.distributions),
-        current=manifest.matches(
+        python=manifest.python,  # the host interpreter it was applied for
+        current="lock_problem" not in data
+        and manifest.matches(
             loaded.digest, lock.digest if lock else None, native.sha256 if native else None
         ),
     )

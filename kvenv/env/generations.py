@@ -140,7 +140,8 @@ class InstalledRow:
 
 def installed_rows(manifest: Manifest) -> list[InstalledRow]:
     """The distributions of ``manifest``'s generation (native, then overlay, by name), then the
-    protected host packages it recorded."""
+    protected host packages it recorded as present on the host (those the host lacked are
+    :func:`absent_protected`, not rows: nothing is installed under their name)."""
     order = {"native": 0, "overlay": 1}
     rows = [
         InstalledRow(
@@ -154,8 +155,16 @@ def installed_rows(manifest: Manifest) -> list[InstalledRow]:
     rows += [
         InstalledRow(p.name, p.version, "host", p.location)
         for p in sorted(manifest.host_protected, key=lambda p: p.name)
+        if p.version is not None or p.location is not None
     ]
     return rows
+
+
+def absent_protected(manifest: Manifest) -> list[str]:
+    """The protected packages the host lacked when ``manifest``'s generation was applied."""
+    return sorted(
+        p.name for p in manifest.host_protected if p.version is None and p.location is None
+    )
 
 
 # -- going back ------------------------------------------------------------------------------

@@ -72,12 +72,14 @@ def _location(import_name: str) -> Path | None:
 def sources_for(provided: Iterable[str]) -> tuple[dict[str, Path], list[str]]:
     """What ``kvenv-lib`` gets (top-level entry name -> the directory or module copied) when the
     host and the generation provide the distributions ``provided``, and notes about what could
-    not be copied."""
+    not be copied (what lies in an archive, as when kvenv runs as a single file, is said in one
+    note)."""
     from packaging.utils import canonicalize_name  # not on the recall's path (link_lib)
 
     have = {canonicalize_name(n) for n in provided}
     sources: dict[str, Path] = {}
     notes: list[str] = []
+    archived: list[str] = []
     wanted: dict[str, tuple[str, ...]] = {}
     if KVENV_DISTRIBUTION not in have:
         wanted[KVENV_DISTRIBUTION] = ("kvenv",)
@@ -89,9 +91,14 @@ def sources_for(provided: Iterable[str]) -> tuple[dict[str, Path], list[str]]:
                 notes.append(f"{KVENV_LIB}: {name} ({dist}) is not importable by kvenv itself")
                 continue
             if not (target.is_dir() or (target.suffix == ".py" and target.is_file())):  # a zip
-                notes.append(f"{KVENV_LIB}: {name} ({dist}) lies in an archive, not copied")
+                archived.append(name)
                 continue
             sources[target.name] = target.resolve()
+    if archived:
+        notes.append(
+            f"{KVENV_LIB}: {', '.join(archived)} not copied: kvenv runs from an archive (a "
+            "single file); a program in the generation imports them only from the host"
+        )
     return sources, notes
 
 

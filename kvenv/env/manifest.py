@@ -19,7 +19,7 @@ import attrs
 from kvenv._util import atomic
 from kvenv._util.jsonio import read_json
 from kvenv.errors import InputError, Problem
-from kvenv.model import convert
+from kvenv.model import convert, formats
 from kvenv.model.fields import Sha256
 
 MANIFEST_NAME = "manifest.json"
@@ -167,6 +167,7 @@ class Pointer:
     generation: str
     previous: str | None = None
     manifest_sha256: str | None = None
+    kvenv_version: str | None = None  # the kvenv that switched to it (since 0.2)
 
 
 def manifest_to_dict(manifest: Manifest) -> dict[str, Any]:
@@ -234,7 +235,12 @@ def check_manifest(manifest: Manifest, *, file: str | None, root: Path | None) -
 
 
 def manifest_from_dict(data: Any, *, file: str | None, root: Path | None = None) -> Manifest:
-    manifest = convert.structure(data, Manifest, file=file, what="manifest")
+    """A manifest from its JSON data: a newer format is refused, keys this kvenv does not know
+    are ignored (:mod:`kvenv.model.formats`); then the cross-field checks."""
+    formats.newer_format(
+        data, reads_up_to=formats.MANIFEST_FORMAT, file=file or "<input>", what="manifest"
+    )
+    manifest = convert.structure(data, Manifest, file=file, what="manifest", lenient=True)
     problems = check_manifest(manifest, file=file, root=root)
     if problems:
         raise InputError(f"invalid manifest: {file or '<input>'}", problems=problems)

@@ -32,6 +32,35 @@ _STORE_DIR = "store"
 _STORE_ENTRY_MARKER = ".kvenv-store.json"  # kvenv.env.store.MARKER (a test holds them equal)
 
 
+# Directories that are never a runtime root (nor reset): the filesystem root, the system's own
+# and Kaggle's top directories (the reference system's list); the user's home is added live.
+SYSTEM_DIRS = (
+    "/",
+    "/root",
+    "/home",
+    "/usr",
+    "/usr/local",
+    "/opt",
+    "/etc",
+    "/var",
+    "/tmp",
+    "/kaggle",
+    "/kaggle/input",
+    "/kaggle/working",
+)
+
+
+def system_dir(path: str) -> str | None:
+    """What ``path`` (canonical) is when it may never be a runtime root (the filesystem root,
+    the home directory, a system directory), or None."""
+    if os.path.dirname(path) == path:
+        return "the filesystem root"
+    home = os.environ.get("HOME")
+    if home and path == os.path.realpath(home):
+        return "the home directory"
+    return "a system directory" if path in SYSTEM_DIRS else None
+
+
 def _inside(path: str, base: str) -> bool:
     """Whether ``path`` is ``base`` or below it (both canonical)."""
     return path == base or path.startswith(base.rstrip(os.sep) + os.sep)
@@ -114,6 +143,9 @@ def misplaced(root: str, cache: str, host: Sequence[str]) -> tuple[str, str, str
     """``(which, problem, what it collides with)`` when the runtime root or the cache (both
     canonical) may not be used where they are (see the module docstring); None when both may.
     ``which`` is ``"root"`` or ``"cache"``."""
+    what = system_dir(root)
+    if what is not None:
+        return "root", f"is {what}: a runtime root must be a directory of its own", root
     if root == cache:
         return "root", f"is the same directory as the cache {cache}", cache
     if _inside(root, cache):
@@ -158,10 +190,21 @@ def check_places(locations: Locations, host: Sequence[str]) -> None:
     what = "runtime root" if which == "root" else "cache"
     from kvenv.errors import ConflictError
 
+    if system_dir(str(locations.root)) is not None:
+        hint = f"{how_to_change('root', locations.root_from)} (e.g. a new directory of its own)"
+    elif which == "cache" and found[2] == str(locations.root):  # the root holds the cache
+        hint = (
+            f"{how_to_change('cache', origin)} outside {locations.root}, or a runtime root "
+            f"that does not hold the cache ({how_to_change('root', locations.root_from)})"
+        )
+    else:
+        hint = (
+            f"{how_to_change(which, origin)}: a {what} must lie outside every other kvenv "
+            "root, cache and store, and outside the host's Python installation"
+        )
     raise ConflictError(
         f"refusing the {what} {path} (from {origin}): it {problem}; nothing was written",
-        hint=f"{how_to_change(which, origin)}: a {what} must lie outside every other kvenv "
-        "root, cache and store, and outside the host's Python installation",
+        hint=hint,
     )
 
 

@@ -40,7 +40,7 @@ from kvenv.env.rootfiles import new_generation_id as new_generation_id
 from kvenv.env.rootfiles import now as now
 from kvenv.env.shellrender import SHIMS
 from kvenv.errors import ConflictError, InputError, IntegrityError, KvenvError, Problem
-from kvenv.model import convert
+from kvenv.model import convert, formats
 from kvenv.model.locations import LOCK_NAME, ROOT_MARKER, Locations
 
 if TYPE_CHECKING:
@@ -347,7 +347,12 @@ def read_pointer(root: Path) -> Pointer | None:
             f"cannot read {path}: {exc}",
             hint="start over: `{kvenv reset --yes}`, then `{kvenv apply}`",
         ) from None
-    pointer = convert.structure(data, Pointer, file=str(path), what="generation pointer")
+    formats.newer_format(
+        data, reads_up_to=formats.POINTER_FORMAT, file=str(path), what="generation pointer"
+    )
+    pointer = convert.structure(
+        data, Pointer, file=str(path), what="generation pointer", lenient=True
+    )
     if "/" in pointer.generation or pointer.generation.startswith("."):
         raise InputError(
             f"invalid generation pointer: {path}",

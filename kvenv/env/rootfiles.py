@@ -92,7 +92,13 @@ def write_pointer(root: Path, generation: str, previous: str | None) -> None:
     """The one atomic state change: replace ``current.json``, recording the sha256 of the
     generation's manifest (written, durably, before the switch)."""
     digest = file_sha256(root / GENERATIONS / generation / MANIFEST_FILE)
-    data = {"schema": 1, "generation": generation, "previous": previous, "manifest_sha256": digest}
+    data = {
+        "schema": 1,
+        "generation": generation,
+        "previous": previous,
+        "manifest_sha256": digest,
+        "kvenv_version": __version__,
+    }
     atomic.write_json(root / POINTER_NAME, data)
 
 

@@ -267,8 +267,15 @@ def drift_error(drifts: Sequence[Drift], repair: str = "kvenv apply --repair") -
     this profile's root (re-verifies the cache and the store, builds a fresh generation)."""
     from kvenv.errors import CheckFailed, Problem
 
+    hint = f"repair it: `{repair}`"
+    if drifts and all(d.kind == "host" for d in drifts):  # the host changed, not the generation
+        hint = (
+            "the host changed, not what kvenv installed: restore the host's package (or "
+            f"interpreter), or rebuild for the host as it is now: `{repair}` (refused, exit 3, "
+            "while a protected package the profile needs is missing)"
+        )
     return CheckFailed(
         f"the applied generation has drifted ({len(drifts)} problem(s))",
         problems=[Problem(d.message) for d in drifts[:50]],
-        hint=f"repair it: `{repair}`",
+        hint=hint,
     )

@@ -46,7 +46,7 @@ from kvenv.fetch.cache import default_cache_root
 from kvenv.fetch.core import LocalFiles, fetch_all
 from kvenv.lock.input import profile_lock
 from kvenv.lock.pylock import dumps_lock
-from kvenv.model import convert
+from kvenv.model import convert, formats
 from kvenv.model.fields import Pep440Version, ProfileName, RelPath, Sha256, WheelFilename
 from kvenv.model.loading import LoadedProfile, dump_profile, profile_digest
 from kvenv.model.profile import PathSource
@@ -354,7 +354,7 @@ def open_bundle(
         raise InputError(f"bundle not found (not a directory): {root}")
     tree = None if memo_root is None else memo.dep("tree", [str(root), True])  # before reading
     sums = _read_sums(root)
-    index = _read_index(root)
+    index = read_index(root)
     _cross_check(root, index, sums)
     if verify and not (memo_root is not None and memo.get(memo_root, "bundle", str(root))):
         _verify_files(root, sums, jobs=jobs)
@@ -414,7 +414,9 @@ def _read_sums(root: Path) -> dict[str, str]:
     return sums
 
 
-def _read_index(root: Path) -> BundleIndex:
+def read_index(root: Path) -> BundleIndex:
+    """The bundle's ``bundle.json``, unchecked against its sums: a newer format is refused,
+    keys this kvenv does not know are ignored (:mod:`kvenv.model.formats`)."""
     path = root / INDEX
     try:
         data = jsonio.loads_json(path.read_text(encoding="utf-8"), file=str(path))
@@ -422,7 +424,10 @@ def _read_index(root: Path) -> BundleIndex:
         raise InputError(f"not a kvenv bundle (no {INDEX}): {root}") from None
     except (OSError, ValueError) as exc:
         raise InputError(f"cannot read {path}: {exc}") from None
-    return convert.structure(data, BundleIndex, file=str(path), what="bundle index")
+    formats.newer_format(
+        data, reads_up_to=formats.BUNDLE_FORMAT, file=str(path), what="bundle index"
+    )
+    return convert.structure(data, BundleIndex, file=str(path), what="bundle index", lenient=True)
 
 
 def _cross_check(root: Path, index: BundleIndex, sums: dict[str, str]) -> None:

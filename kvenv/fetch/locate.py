@@ -51,7 +51,8 @@ class FileListing:
 class Locator:
     """Finds portable-lock wheels on ``index_urls`` and ``find_links`` (see the module's
     docstring); thread-safe. Pages are asked for over ``connections`` (the run's downloads
-    share them; None: a pool of its own). ``close`` when done."""
+    share them; None: a pool of its own); ``offline``: only the page cache is read.
+    ``close`` when done."""
 
     def __init__(
         self,
@@ -61,6 +62,7 @@ class Locator:
         *,
         workers: int = WORKERS,
         connections: Connections | None = None,
+        offline: bool = False,
     ) -> None:
         for url in index_urls:
             check_url(url, what="index URL")
@@ -69,7 +71,7 @@ class Locator:
                 check_url(location, what="find-links URL")
         self.index_urls = tuple(index_urls)
         self.find_links = tuple(find_links)
-        self._pages = Pages(cache, self._session)
+        self._pages = Pages(cache, self._session, offline=offline)  # offline: cached pages only
         self._pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="kvenv-locate")
         self._jobs: dict[str, Future[Found | None]] = {}
         self._lock = threading.Lock()

@@ -48,7 +48,7 @@ from kvenv.errors import InputError, IntegrityError
 from kvenv.fetch.bundle import INDEX, SUMS, WHEELS, BundledArtifact, BundleIndex, make_bundle
 from kvenv.fetch.cache import ArtifactCache
 from kvenv.fetch.pyzread import BUNDLE_DIR, MANIFEST, OpenedFile
-from kvenv.model import convert
+from kvenv.model import convert, formats
 from kvenv.model.loading import LoadedProfile
 
 PYZ_KIND = "kvenv-pyz"
@@ -417,7 +417,12 @@ def stream_artifacts(
 
 def _artifacts(opened: OpenedFile) -> Iterator[BundledArtifact]:
     where = f"{opened.path}:{BUNDLE_DIR}/{INDEX}"
-    index = convert.structure(opened.index, BundleIndex, file=where, what="bundle index")
+    formats.newer_format(
+        opened.index, reads_up_to=formats.BUNDLE_FORMAT, file=where, what="bundle index"
+    )
+    index = convert.structure(
+        opened.index, BundleIndex, file=where, what="bundle index", lenient=True
+    )
     for item in index.artifacts:
         if opened.sums.get(item.file) != item.sha256:
             raise IntegrityError(

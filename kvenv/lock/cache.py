@@ -120,6 +120,11 @@ class IndexCache:
         }
         self._write(self._path("pages-v1", _digest(head.url), ".json"), json.dumps(data).encode())
 
+    def page_paths(self, url: str) -> tuple[Path, Path]:
+        """The files of the cached page at ``url``: its head (JSON) and its bytes."""
+        key = _digest(url)
+        return self._path("pages-v1", key, ".json"), self._path("pages-v1", key, ".body")
+
     def get_body(self, url: str) -> bytes | None:
         return self._read(self._path("pages-v1", _digest(url), ".body"))
 

@@ -7,7 +7,9 @@ only); every package is a wheel with sha256 and size whose file name matches it 
 target; every requirement of the native wheel, of the extra roots and of each locked package
 (markers evaluated for the target, extras honoured) is satisfied by host ∪ lock (a host
 package of unknown version is accepted); the profile and host snapshot digests match the
-ones recorded.
+ones recorded; the lock was not edited by hand since kvenv wrote it (its content digest,
+:mod:`kvenv.lock.digest`); each wheel's sha256 is the one its index publishes where kvenv's
+page cache has the page (:mod:`kvenv.lock.published`).
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ from packaging.utils import canonicalize_name
 from packaging.version import Version
 
 from kvenv._util import memo
+from kvenv._util.redact import redact_url
 from kvenv.errors import Problem
 from kvenv.lock.candidates import name_key
 from kvenv.lock.contents import (
@@ -35,6 +38,8 @@ from kvenv.lock.contents import (
     protected_message,
     sized_file,
 )
+from kvenv.lock.digest import first_edit, recorded
+from kvenv.lock.published import Published
 from kvenv.lock.pylock import LockFile
 from kvenv.model.loading import LoadedProfile
 from kvenv.model.snapshot import HostSnapshot, snapshot_digest
@@ -70,10 +75,12 @@ def check_lock(
     lock: LockFile,
     host: HostSnapshot | None,
     at_hand: WheelAtHand | None = None,
+    published: Published | None = None,
 ) -> CheckReport:
     """Check ``lock``; ``at_hand`` finds wheels already on this machine (the artifact cache),
     whose file lists are checked for protected import names like wheels the lock names by
-    path."""
+    path; ``published`` gives the sha256 an index publishes for a wheel where kvenv's page
+    cache has its page (:mod:`kvenv.lock.published`)."""
     file = str(lock.path)
     problems: list[Problem] = []
     profile = loaded.profile
@@ -102,6 +109,8 @@ def check_lock(
         if package.name in locked:
             add(f"{where}.name", f"{package.name} is listed twice", "relock")
         problems.extend(_check_package(package, where, target, file))
+        if published is not None:
+            problems.extend(_check_published(package, where, published, file))
         problems.extend(_check_contents(lock, package, where, protected_names, at_hand))
         if lock.kvenv.portable:
             problems.extend(_check_portable(package, where, file))
@@ -109,10 +118,50 @@ def check_lock(
             locked[package.name] = package
 
     problems.extend(_check_native(loaded, lock, file))
+    problems[:0] = _check_edits(lock, profile.name, file)
     stale = _staleness(loaded, lock, host, target)
     if target is not None:
-        problems.extend(_closure(lock, locked, host, target, waived, file))
+        declared = tuple(profile.overlay.requires)
+        problems.extend(_closure(lock, locked, host, target, waived, file, declared))
     return CheckReport(file, tuple(problems), tuple(stale), skipped)
+
+
+def _check_edits(lock: LockFile, profile: str, file: str) -> list[Problem]:
+    """A lock edited by hand since kvenv wrote it (its recorded content digest no longer
+    holds), named by the first difference (:mod:`kvenv.lock.digest`); a lock that records no
+    digest (written before kvenv 0.2) cannot vouch for itself and is refused too."""
+    fix = f"regenerate it with `kvenv lock {profile}` (the lock is derived: change the profile)"
+    edit = first_edit(lock.data)
+    if edit is not None:
+        where, what = edit
+        return [Problem(f"the lock was edited by hand: {what}", file=file, path=where, fix=fix)]
+    if not recorded(lock.data):
+        message = (
+            "the lock records no content digest (written by a kvenv before 0.2): "
+            "a hand edit cannot be told"
+        )
+        return [Problem(message, file=file, path="$.tool.kvenv", fix=fix)]
+    return []
+
+
+def _check_published(
+    package: Package, where: str, published: Published, file: str
+) -> Iterator[Problem]:
+    """Each wheel's sha256 against the one its index publishes, where kvenv's page cache holds
+    the project's page (offline: nothing is fetched)."""
+    for w_index, wheel in enumerate(package.wheels or ()):
+        sha = wheel.hashes.get("sha256")
+        if not isinstance(sha, str) or not wheel.filename:
+            continue
+        for url, other in published(package.name, wheel.filename, package.index):
+            if other != sha:
+                yield Problem(
+                    f"{wheel.filename}: the lock pins sha256 {sha}, the index publishes "
+                    f"{other} ({redact_url(url)}, from kvenv's page cache)",
+                    file=file,
+                    path=f"{where}.wheels[{w_index}].hashes.sha256",
+                    fix="relock with `kvenv lock` (an edited lock), or check the index",
+                )
 
 
 def _check_native(loaded: LoadedProfile, lock: LockFile, file: str) -> Iterator[Problem]:
@@ -166,7 +215,9 @@ def _check_native(loaded: LoadedProfile, lock: LockFile, file: str) -> Iterator[
     wheel, at = wheels[0], f"{where}.wheels[0]"
     if wheel.hashes.get("sha256") != pin.sha256:
         yield relock(
-            f"the native wheel's sha256 is not the profile's {pin.sha256}", f"{at}.hashes.sha256"
+            f"the native wheel's sha256 is {wheel.hashes.get('sha256')}; the profile pins "
+            f"{pin.sha256}",
+            f"{at}.hashes.sha256",
         )
     size: int | None = pin.size
     if size is None and isinstance(pin.source, PathSource):
@@ -328,6 +379,7 @@ def _closure(
     target: TargetEnv,
     waived: set[str],
     file: str,
+    declared: tuple[str, ...] = (),
 ) -> list[Problem]:
     out: list[Problem] = []
     tools = {p.name: t for p, t in zip(lock.pylock.packages, lock.package_tools, strict=True)}
@@ -340,6 +392,8 @@ def _closure(
         queue.append((line, frozenset(), f"{native.name} {native.version}"))
     for line in lock.kvenv.requires:
         queue.append((line, frozenset(), "the lock's extra requirements"))
+    for line in declared:
+        queue.append((line, frozenset(), "the profile's [overlay]"))
     expanded: set[tuple[str, frozenset[str]]] = set()
     while queue:
         line, extras, owner = queue.popleft()

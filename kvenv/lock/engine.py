@@ -1,8 +1,10 @@
 """``kvenv lock``: profile + host snapshot + sources in, a pylock document out.
 
-Inputs recorded in an existing lock are reused unless given again (``fresh`` ignores them):
-its package versions are preferences, its extra root requirements and constraints stay, and
-its native requirements serve when the native wheel's source is unreachable.
+The profile's ``[overlay] requires`` and ``constraints`` are always resolved. Inputs recorded
+in an existing lock are reused (``fresh`` ignores them): its package versions are preferences
+(``upgrade`` drops them all, ``upgrade_packages`` those it names), the one-off requirements and
+constraints given earlier with ``--require``/``-c`` stay and new ones add to them, and its
+native requirements serve when the native wheel's source is unreachable.
 """
 
 from __future__ import annotations
@@ -31,7 +33,7 @@ from kvenv.lock.contents import (
 )
 from kvenv.lock.finder import Finder, WheelFile
 from kvenv.lock.native import NativeRequires, native_requires
-from kvenv.lock.provider import NativeWheel, constraint_map, prefer_map
+from kvenv.lock.provider import NativeWheel, constraint_map
 from kvenv.lock.pylock import (
     WHEELHOUSE,
     AssumptionEntry,
@@ -45,10 +47,18 @@ from kvenv.lock.pylock import (
     dumps_lock,
     hub_resolve_url,
     read_lock,
+    same_lock,
 )
 from kvenv.lock.reqfile import parse_requirements, read_requirements
 from kvenv.lock.resolve import LockedPackage, LockRequest, Resolution, RootRequirement, resolve
 from kvenv.lock.sources import IndexConfig
+from kvenv.lock.upgrade import (
+    Asked,
+    check_in_resolution,
+    check_versions_exist,
+    parse_upgrade_package,
+    read_preferences,
+)
 from kvenv.model.loading import LoadedProfile, recorded_host
 from kvenv.model.locations import default_cache_dir
 from kvenv.model.profile import HfSource, IndexSource, PathSource, UrlSource
@@ -71,6 +81,9 @@ class LockOptions:
     offline: bool = False
     refresh: bool = False
     fresh: bool = False
+    # --upgrade: no version kept from the existing lock; --upgrade-package NAME[==VERSION]
+    upgrade: bool = False
+    upgrade_packages: tuple[str, ...] = ()
     cache_dir: Path | None = None
     portable: bool | None = None  # None: as the existing lock recorded, else DEFAULT_PORTABLE
     # where a wheel not in a wheelhouse may already be on this machine (the artifact cache)
@@ -86,6 +99,8 @@ class LockResult:
     native_from: str
     changed: bool
     portable: bool = False
+    old: str | None = None  # the lock file's text before (None: there was none)
+    kept: tuple[str, ...] = ()  # one-off inputs kept from the existing lock, as lines
 
 
 def parse_exclude_newer(value: str) -> datetime:
@@ -137,15 +152,43 @@ def _target(loaded: LoadedProfile) -> TargetEnv:
     return TargetEnv.from_profile_target(profile.target, file=str(loaded.path))
 
 
+def asked(options: LockOptions) -> list[Asked]:
+    """The versions and names ``--prefer`` and ``--upgrade-package`` ask for, checked."""
+    return [
+        *read_preferences(options.prefer),
+        *(parse_upgrade_package(v) for v in options.upgrade_packages),
+    ]
+
+
 def preferences(options: LockOptions, previous: LockFile | None) -> dict[NormalizedName, Version]:
-    """The versions to try first: the existing lock's, then ``--prefer`` files' (these win)."""
+    """The versions to try first: the existing lock's (none with ``upgrade``; not those
+    ``upgrade_packages`` names), then ``--prefer``'s and ``--upgrade-package``'s (these win)."""
     prefer: dict[NormalizedName, Version] = {}
-    if previous is not None:
+    upgrading = {a.name for a in map(parse_upgrade_package, options.upgrade_packages)}
+    if previous is not None and not options.upgrade:
         prefer.update(
-            {p.name: p.version for p in previous.pylock.packages if p.version is not None}
+            {
+                p.name: p.version
+                for p in previous.pylock.packages
+                if p.version is not None and canonicalize_name(p.name) not in upgrading
+            }
         )
-    prefer.update(prefer_map(_files(options.prefer)))
+    prefer.update({a.name: a.version for a in asked(options) if a.version is not None})
     return prefer
+
+
+def one_offs(
+    options: LockOptions, previous: LockFile | None
+) -> tuple[list[str], list[str], list[str]]:
+    """The one-off requirements and constraints (``--require``, ``-c``): those the existing
+    lock recorded (unless ``fresh``), then the files given now; and which lines were kept from
+    the lock (said in the report, so nothing stays without the user seeing it)."""
+    kept_requires = list(previous.kvenv.requires) if previous is not None else []
+    kept_constraints = list(previous.kvenv.constraints) if previous is not None else []
+    requires = [*kept_requires, *(str(r) for r in _files(options.require))]
+    constraints = [*kept_constraints, *(str(r) for r in _files(options.constraint))]
+    kept = [f"--require {t}" for t in kept_requires] + [f"-c {t}" for t in kept_constraints]
+    return list(dict.fromkeys(requires)), list(dict.fromkeys(constraints)), kept
 
 
 def build_request(
@@ -161,20 +204,19 @@ def build_request(
     profile = loaded.profile
     assert profile.native is not None
     target = _target(loaded)
-    if options.require:
-        roots = [RootRequirement(str(r), "--require") for r in _files(options.require)]
-    elif previous is not None:
-        roots = [RootRequirement(t, "--require") for t in previous.kvenv.requires]
-    else:
-        roots = []
-    if options.constraint:
-        constraint_lines = [str(r) for r in _files(options.constraint)]
-    elif previous is not None:
-        constraint_lines = list(previous.kvenv.constraints)
-    else:
-        constraint_lines = []
+    extra, constraint_lines, _ = one_offs(options, previous)
+    declared = [RootRequirement(t, "[overlay] requires") for t in profile.overlay.requires]
+    roots = [*declared, *(RootRequirement(t, "--require") for t in extra)]
+    exact = [
+        f"{a.name}=={a.version}"
+        for a in map(parse_upgrade_package, options.upgrade_packages)
+        if a.version is not None
+    ]
     constraints = constraint_map(
-        parse_requirements("\n".join(constraint_lines), file="constraints")
+        parse_requirements(
+            "\n".join([*profile.overlay.constraints, *constraint_lines, *exact]),
+            file="constraints",
+        )
     )
     request = LockRequest(
         target=target,
@@ -190,7 +232,7 @@ def build_request(
         prefer=dict(prefer),
         constraints=constraints,
     )
-    return request, sorted({r.text for r in roots}), sorted(set(constraint_lines))
+    return request, sorted(set(extra)), sorted(set(constraint_lines))
 
 
 def lock_profile(
@@ -245,7 +287,12 @@ def lock_profile(
         )
     old = path.read_text(encoding="utf-8") if path.is_file() else None
     portable = portable_choice(options, previous)
-    return LockResult(path, text, resolution, target, native.source, old != text, portable)
+    if old is not None and same_lock(old, text):
+        text = old  # written by another kvenv, saying the same: left as it is
+    kept = tuple(one_offs(options, previous)[2])
+    return LockResult(
+        path, text, resolution, target, native.source, old != text, portable, old, kept
+    )
 
 
 def _checked_linkage(
@@ -411,7 +458,12 @@ def _lock(
     request, roots, constraints = build_request(
         loaded, options, native=native, host=host, previous=previous, prefer=prefer
     )
+    wanted = asked(options)
+    check_versions_exist(wanted, universe)
     resolution = resolve(request, universe)
+    check_in_resolution(
+        wanted, [p.name for p in resolution.packages], [n for n, _ in resolution.host_used]
+    )
     refuse_protected_contents(resolution, request.protected, options.wheel_at_hand)
     no_remote = options.offline or options.native_requires is not None
     native = _linkage_against_overlay(
@@ -499,6 +551,10 @@ def render_lock(
             ShadowEntry(s.name, s.host_version, s.overlay_version) for s in resolution.shadows
         ],
         waivers=[WaiverEntry(w.name, w.reason, list(w.dropped)) for w in resolution.waivers],
+        relies_on=[
+            f"{name}=={version}" if version is not None else name
+            for name, version in resolution.host_used
+        ],
     )
     wheelhouse = (loaded.base_dir / WHEELHOUSE).resolve() if portable else None
     document = build_lock(
@@ -507,9 +563,22 @@ def render_lock(
         request.target,
         lock_dir=path.parent.resolve(),
         wheelhouse=wheelhouse,
-        native=native_package(loaded, native, native_wheel, previous),
+        native=_with_dependencies(
+            native_package(loaded, native, native_wheel, previous),
+            resolution.native_dependencies,
+        ),
     )
     return dumps_lock(document)
+
+
+def _with_dependencies(
+    package: LockedPackage | None, dependencies: tuple[NormalizedName, ...]
+) -> LockedPackage | None:
+    """The native package with the locked packages it requires as its ``dependencies``, as
+    every other package of the lock has them (a plain PEP 751 reader sees the native's)."""
+    if package is None:
+        return None
+    return attrs.evolve(package, dependencies=dependencies)
 
 
 def lock_with_universe(

@@ -17,7 +17,7 @@ from packaging.version import Version
 from kvenv._util import memo
 from kvenv._util.hashing import sha256_file
 from kvenv._util.redact import redact_url
-from kvenv.errors import FetchError, IntegrityError, KvenvError
+from kvenv.errors import FetchError, IntegrityError, KvenvError, Problem, ProfileError
 from kvenv.lock.cache import IndexCache
 from kvenv.lock.finder import Finder
 from kvenv.lock.metadata import (
@@ -55,6 +55,31 @@ def previous_native(native: Native, previous: LockFile | None) -> NativeEntry | 
     return entry if same else None
 
 
+_PIN_FIX = (
+    "pin the wheel with `kvenv pin SOURCE --profile {profile}` (SOURCE: a .whl file, an https "
+    "URL, hf://ORG/REPO@REVISION/FILE or NAME==VERSION): it writes name, version, sha256, size "
+    "and source"
+)
+
+
+def is_placeholder(sha256: str) -> bool:
+    """Whether ``sha256`` is a stand-in (``"0" * 64``, ``"ab" * 32``, ...) rather than a
+    digest: fewer than four distinct hex digits, which no real sha256 has in practice."""
+    return len(set(sha256.lower())) < 4
+
+
+def _pin_source(native: Native) -> str:
+    """The ``kvenv pin`` SOURCE that pins the wheel ``native`` names, as its source says."""
+    source = native.source
+    if isinstance(source, HfSource):
+        return f"hf://{source.repo}@{source.revision}/{source.filename}"
+    if isinstance(source, UrlSource):
+        return source.url
+    if isinstance(source, PathSource):
+        return source.path
+    return f"{native.name}=={native.version}"
+
+
 def native_requires(
     loaded: LoadedProfile,
     *,
@@ -68,6 +93,20 @@ def native_requires(
         raise KvenvError(
             f"profile {loaded.profile.name} has no [native] wheel to lock for",
             hint="add a [native] table to the profile",
+        )
+    if is_placeholder(native.sha256):
+        raise ProfileError(
+            f"the native wheel {native.name} {native.version} is not pinned yet: its sha256 is "
+            "a placeholder",
+            problems=[
+                Problem(
+                    f"sha256 {native.sha256[:12]}... is a placeholder, not a wheel's digest",
+                    file=str(loaded.path),
+                    path="$.native.sha256",
+                    fix=_PIN_FIX.format(profile=loaded.profile.name),
+                )
+            ],
+            hint=f"kvenv pin {_pin_source(native)} --profile {loaded.profile.name}",
         )
     if requires_file is not None:
         lines = tuple(str(r) for r in read_requirements(requires_file))
@@ -102,7 +141,8 @@ def _from_source(
         if digest != native.sha256:
             raise IntegrityError(
                 f"native wheel {path} has sha256 {digest}, the profile pins {native.sha256}",
-                hint="update native.sha256 or replace the file",
+                hint="pin the file as it is now: `kvenv pin "
+                + f"{source.path} --profile {loaded.profile.name}`, or replace the file",
             )
         meta = read_wheel_metadata(path)
         return NativeRequires(meta.requires, "wheel")
@@ -152,10 +192,18 @@ def _remote_metadata(url: str, name: str) -> bytes:
 
 
 def hf_url(source: HfSource) -> str:
-    """The Hub's resolve URL of an ``hf`` source (``huggingface_hub``'s, so its endpoint)."""
+    """The Hub's resolve URL of an ``hf`` source (``huggingface_hub``'s), at ``HF_ENDPOINT``
+    as it is now (the client reads it only once, at import, as :mod:`kvenv.fetch.hub` says)."""
+    import os
+
     from huggingface_hub import hf_hub_url
 
+    endpoint = os.environ.get("HF_ENDPOINT", "").strip().rstrip("/") or None
     url: str = hf_hub_url(
-        source.repo, source.filename, revision=source.revision, repo_type=source.repo_type
+        source.repo,
+        source.filename,
+        revision=source.revision,
+        repo_type=source.repo_type,
+        endpoint=endpoint,
     )
     return url

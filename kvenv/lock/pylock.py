@@ -20,10 +20,12 @@ import attrs
 from packaging.pylock import Package, Pylock, PylockValidationError
 from packaging.utils import canonicalize_name
 
+from kvenv import __version__
 from kvenv._util import atomic, tomlio
 from kvenv._util.urls import check_url
 from kvenv.errors import FetchError, InputError, LockError, Problem
-from kvenv.model import convert
+from kvenv.lock import digest
+from kvenv.model import convert, formats
 from kvenv.model.target import TargetEnv
 
 if TYPE_CHECKING:
@@ -114,6 +116,9 @@ class KvenvTable:
     assumptions: list[AssumptionEntry] = attrs.field(factory=list)
     shadows: list[ShadowEntry] = attrs.field(factory=list)
     waivers: list[WaiverEntry] = attrs.field(factory=list)
+    # the host's distributions the resolution relies on, ``name==version`` (``name`` alone
+    # where the snapshot knows no version): what a host image update is reported against
+    relies_on: list[str] = attrs.field(factory=list)
 
 
 @attrs.frozen
@@ -187,7 +192,17 @@ def build_lock(
 
 def _table_dict(table: KvenvTable) -> dict[str, Any]:
     data: dict[str, Any] = _rekey(convert.unstructure(table), "_", "-")
-    for key in ("requires", "constraints", "portable", "assumptions", "shadows", "waivers"):
+    for key in (
+        "requires",
+        "constraints",
+        "portable",
+        "assumptions",
+        "shadows",
+        "waivers",
+        "relies-on",
+    ):
+        if key == "relies-on" and data.get("host-snapshot-digest"):
+            continue  # written even when empty: a lock that knows it relies on nothing
         if not data.get(key):
             data.pop(key, None)
     for waiver in data.get("waivers", []):
@@ -236,12 +251,26 @@ def _package(
 
 
 def dumps_lock(document: Mapping[str, Any]) -> str:
-    """Deterministic TOML text of a lock document (validated first)."""
+    """Deterministic TOML text of a lock document (validated first), stamped with this
+    kvenv's version and the digests that let ``lock --check`` catch a hand edit
+    (:mod:`kvenv.lock.digest`), computed over the document as a reader will parse it."""
     try:
         Pylock.from_dict(document).validate()
     except PylockValidationError as exc:
         raise LockError(f"internal: produced an invalid pylock: {exc}") from None
-    return HEADER + tomlio.dumps(dict(document))
+    parsed = tomlio.loads(tomlio.dumps(dict(document)), file="<lock>")
+    digest.stamp_lock(parsed, __version__)
+    return HEADER + tomlio.dumps(parsed)
+
+
+_WRITER_LINE = re.compile(rf"^{digest.WRITER_KEY} = .*\n", re.MULTILINE)
+
+
+def same_lock(old: str | None, new: str) -> bool:
+    """Whether the lock text ``old`` says what ``new`` says, written by any kvenv: equal but
+    for ``[tool.kvenv] kvenv-version`` (a relock by another kvenv that changes nothing else
+    leaves the file as it is)."""
+    return old is not None and _WRITER_LINE.sub("", old) == _WRITER_LINE.sub("", new)
 
 
 def write_lock(path: Path, text: str) -> None:
@@ -253,7 +282,20 @@ def write_lock(path: Path, text: str) -> None:
 def parse_lock(
     data: Mapping[str, Any], *, file: str
 ) -> tuple[Pylock, KvenvTable, tuple[PackageTool | None, ...]]:
-    """Validate a lock document already parsed from TOML."""
+    """Validate a lock document already parsed from TOML. ``[tool.kvenv]`` of a newer format
+    is refused first (:mod:`kvenv.model.formats`); keys this kvenv does not know are ignored."""
+    raw_tool = data.get("tool")
+    try:
+        formats.newer_format(
+            raw_tool.get("kvenv") if isinstance(raw_tool, Mapping) else None,
+            reads_up_to=formats.LOCK_FORMAT,
+            file=file,
+            where="$.tool.kvenv",
+            writer_key=digest.WRITER_KEY,
+            what="lock",
+        )
+    except InputError as exc:
+        raise exc.recast(LockError) from None
     try:
         pylock = Pylock.from_dict(data)
     except PylockValidationError as exc:
@@ -365,7 +407,9 @@ def _path_escape(path: str) -> str | None:
 
 def _structure(raw: Mapping[str, Any], cls: type[Any], file: str, prefix: str) -> Any:
     try:
-        return convert.structure(_rekey(dict(raw), "-", "_"), cls, file=file, what="lock table")
+        return convert.structure(
+            _rekey(dict(raw), "-", "_"), cls, file=file, what="lock table", lenient=True
+        )
     except InputError as exc:
         problems = [
             p.replace(path=prefix + (_unsnake_path(p.path) or "$")[1:]) for p in exc.problems

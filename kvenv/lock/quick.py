@@ -11,8 +11,11 @@ code (which the memo adds).
   are recorded as the check reads them: the lock's and the host snapshot's bytes (the very
   bytes parsed, so an edit racing the check makes the next run miss) and the identity of every
   place a locked wheel may be at hand and of a ``path`` native wheel of no pinned size
-  (:mod:`kvenv.lock.check` notes them). The value is what the check reports. A check that
-  failed is never kept: it always runs in full and reports every problem.
+  (:mod:`kvenv.lock.check` notes them), and the bytes of every cached index page a published
+  hash was read from (:mod:`kvenv.lock.published`). The lock's bytes are among them, so a
+  hand edit of the lock is never answered from the record. The value is what the check
+  reports. A check that failed is never kept: it always runs in full and reports every
+  problem.
 - ``lock-result`` (:func:`result_key`): an offline lock's text and summary. The key adds the
   flags that decide a resolution (:data:`RESULT_FLAGS`) and the index configuration; the
   dependencies add (:func:`result_inputs`, captured before the resolution reads them) the
@@ -51,6 +54,8 @@ RESULT_FLAGS = (
     "exclude_newer",
     "fresh",
     "portable",
+    "upgrade",
+    "upgrade_package",
 )
 _CACHE_KINDS = ("pages-v1", "metadata-v1", "digests-v1", "parsed-v1", "linkage-v1")
 
@@ -60,10 +65,13 @@ def _plain(value: Any) -> Any:
     return json.loads(json.dumps(value, default=str))
 
 
-def check_key(profile: str | None, output: Path | None, at_hand_root: Path) -> list[Any]:
+def check_key(
+    profile: str | None, output: Path | None, at_hand_root: Path, index: Iterable[Any] = ()
+) -> list[Any]:
     """The key of the check of ``profile``'s lock (``output``: ``--output``, or None for the
-    profile's), looking for wheels at hand in ``at_hand_root``."""
-    return [profile_key(profile), _plain(output), str(at_hand_root)]
+    profile's), looking for wheels at hand in ``at_hand_root`` and for published hashes on
+    ``index`` (:func:`kvenv.lock.indexflags.index_values`)."""
+    return [profile_key(profile), _plain(output), str(at_hand_root), _plain(list(index))]
 
 
 def result_key(flags: Mapping[str, Any], index: Iterable[Any], cache_root: Path) -> list[Any]:

@@ -98,6 +98,10 @@ class Resolution:
     assumptions: tuple[Assumption, ...] = ()
     shadows: tuple[HostShadow, ...] = ()
     waivers: tuple[WaiverUse, ...] = ()
+    # the host's distributions the resolution relies on: (name, version; None: unknown)
+    host_used: tuple[tuple[NormalizedName, str | None], ...] = ()
+    # the locked packages the native wheel itself requires (its PEP 751 ``dependencies``)
+    native_dependencies: tuple[NormalizedName, ...] = ()
 
     def names(self) -> list[str]:
         return [p.name for p in self.packages]
@@ -339,6 +343,19 @@ def _collect(
         ),
         shadows=tuple(shadows),
         waivers=waivers,
+        host_used=tuple(
+            sorted(
+                {
+                    (c.name, str(c.version) if c.version is not None else None)
+                    for c in mapping.values()
+                    if c.origin == "host" and not c.extras
+                },
+                key=lambda item: item[0],
+            )
+        ),
+        native_dependencies=tuple(
+            sorted(children[provider.native_candidate().name] & locked_names)
+        ),
     )
 
 

@@ -1,6 +1,7 @@
-"""The one cattrs converter of kvenv, and the bridge from its errors to :class:`Problem`.
+"""kvenv's cattrs converters (strict and lenient, one set of hooks) and their errors as Problems.
 
-Structuring is strict: unknown keys are refused, ``"2"`` is not an int, ``1`` is not a bool,
+Structuring is strict: unknown keys are refused (in the lenient converter, used for files kvenv
+writes, they are ignored: docs/compatibility.md), ``"2"`` is not an int, ``1`` is not a bool,
 and every problem of a document is reported at once with its ``$.path``.
 """
 
@@ -29,8 +30,6 @@ from kvenv.model import fields
 
 T = TypeVar("T")
 
-converter = cattrs.Converter(forbid_extra_keys=True, detailed_validation=True)
-
 _TYPE_NAMES = {str: "a string", int: "an integer", float: "a number", bool: "true or false"}
 
 
@@ -58,10 +57,6 @@ def _describe(value: Any) -> str:
     return f"{type(value).__name__} {value!r}"
 
 
-for _builtin in (str, int, float, bool):
-    converter.register_structure_hook(_builtin, _strict(_builtin))
-
-
 def _constrained(kind: object) -> Callable[[Any, Any], str]:
     as_str = _strict(str)
 
@@ -73,10 +68,6 @@ def _constrained(kind: object) -> Callable[[Any, Any], str]:
         return text
 
     return hook
-
-
-for _pattern_type in fields.PATTERNS:
-    converter.register_structure_hook(_pattern_type, _constrained(_pattern_type))
 
 
 def _bounded(kind: object) -> Callable[[Any, Any], Any]:
@@ -93,12 +84,8 @@ def _bounded(kind: object) -> Callable[[Any, Any], Any]:
     return hook
 
 
-for _bounded_type in fields.BOUNDS:
-    converter.register_structure_hook(_bounded_type, _bounded(_bounded_type))
-
-
-def _attrs_factory(cls: Any) -> Callable[[Any, Any], Any]:
-    generated = make_dict_structure_fn(cls, converter)
+def _attrs_factory(cls: Any, conv: cattrs.Converter) -> Callable[[Any, Any], Any]:
+    generated = make_dict_structure_fn(cls, conv)
 
     def hook(value: Any, _: Any) -> Any:
         if not isinstance(value, dict):
@@ -106,9 +93,6 @@ def _attrs_factory(cls: Any) -> Callable[[Any, Any], Any]:
         return generated(value, cls)
 
     return hook
-
-
-converter.register_structure_hook_factory(attrs.has, _attrs_factory)
 
 
 def _is_literal(tp: Any) -> bool:
@@ -132,9 +116,6 @@ def _literal_hook(tp: Any, _: Any) -> Any:
     return hook
 
 
-converter.register_structure_hook_factory(_is_literal, lambda tp: _literal_hook(tp, None))
-
-
 def kind_of(cls: Any) -> str | None:
     if not attrs.has(cls):
         return None
@@ -153,7 +134,7 @@ def _is_tagged_union(tp: Any) -> bool:
     return all(kind_of(member) for member in get_args(tp))
 
 
-def _tagged_union_factory(tp: Any) -> Callable[[Any, Any], Any]:
+def _tagged_union_factory(tp: Any, conv: cattrs.Converter) -> Callable[[Any, Any], Any]:
     members = {kind_of(m): m for m in get_args(tp)}
     kinds = ", ".join(repr(k) for k in members)
 
@@ -163,12 +144,9 @@ def _tagged_union_factory(tp: Any) -> Callable[[Any, Any], Any]:
         kind = value.get("kind", next(iter(members)))
         if not isinstance(kind, str) or kind not in members:
             raise ValueError(f"kind must be one of {kinds}, got {_describe(kind)}")
-        return converter.structure(value, members[kind])
+        return conv.structure(value, members[kind])
 
     return hook
-
-
-converter.register_structure_hook_factory(_is_tagged_union, _tagged_union_factory)
 
 
 def _is_optional(tp: Any) -> bool:
@@ -179,21 +157,18 @@ def _is_optional(tp: Any) -> bool:
     return len(args) == 2 and type(None) in args
 
 
-def _optional_factory(tp: Any) -> Callable[[Any, Any], Any]:
+def _optional_factory(tp: Any, conv: cattrs.Converter) -> Callable[[Any, Any], Any]:
     inner = next(a for a in get_args(tp) if a is not type(None))
 
     def hook(value: Any, _: Any) -> Any:
         if value is None:
             return None
-        return converter.structure(value, inner)
+        return conv.structure(value, inner)
 
     return hook
 
 
-converter.register_structure_hook_factory(_is_optional, _optional_factory)
-
-
-def _list_factory(tp: Any) -> Callable[[Any, Any], Any]:
+def _list_factory(tp: Any, conv: cattrs.Converter) -> Callable[[Any, Any], Any]:
     args = get_args(tp)
     inner = args[0] if args else Any
 
@@ -204,7 +179,7 @@ def _list_factory(tp: Any) -> Callable[[Any, Any], Any]:
         errors: list[Exception] = []
         for index, item in enumerate(value):
             try:
-                out.append(converter.structure(item, inner))
+                out.append(conv.structure(item, inner))
             except Exception as exc:
                 note = IterableValidationNote(f"Structuring {tp} @ index {index}", index, inner)
                 setattr(exc, "__notes__", [*getattr(exc, "__notes__", []), note])
@@ -216,7 +191,7 @@ def _list_factory(tp: Any) -> Callable[[Any, Any], Any]:
     return hook
 
 
-def _dict_factory(tp: Any) -> Callable[[Any, Any], Any]:
+def _dict_factory(tp: Any, conv: cattrs.Converter) -> Callable[[Any, Any], Any]:
     args = get_args(tp)
     inner = args[1] if len(args) == 2 else Any
 
@@ -227,8 +202,8 @@ def _dict_factory(tp: Any) -> Callable[[Any, Any], Any]:
         errors: list[Exception] = []
         for key, item in value.items():
             try:
-                name = converter.structure(key, args[0] if args else str)
-                out[name] = converter.structure(item, inner)
+                name = conv.structure(key, args[0] if args else str)
+                out[name] = conv.structure(item, inner)
             except Exception as exc:
                 note = AttributeValidationNote(f"Structuring {tp} @ key {key}", str(key), inner)
                 setattr(exc, "__notes__", [*getattr(exc, "__notes__", []), note])
@@ -248,8 +223,29 @@ def _origin_is(kind: type) -> Callable[[Any], bool]:
     return predicate
 
 
-converter.register_structure_hook_factory(_origin_is(list), _list_factory)
-converter.register_structure_hook_factory(_origin_is(dict), _dict_factory)
+def _build(*, forbid_extra_keys: bool) -> cattrs.Converter:
+    """A converter with kvenv's strict hooks; ``forbid_extra_keys`` refuses unknown keys."""
+    conv = cattrs.Converter(forbid_extra_keys=forbid_extra_keys, detailed_validation=True)
+    for builtin in (str, int, float, bool):
+        conv.register_structure_hook(builtin, _strict(builtin))
+    for pattern_type in fields.PATTERNS:
+        conv.register_structure_hook(pattern_type, _constrained(pattern_type))
+    for bounded_type in fields.BOUNDS:
+        conv.register_structure_hook(bounded_type, _bounded(bounded_type))
+    conv.register_structure_hook_factory(attrs.has, _attrs_factory)
+    conv.register_structure_hook_factory(_is_literal, lambda tp: _literal_hook(tp, None))
+    conv.register_structure_hook_factory(_is_tagged_union, _tagged_union_factory)
+    conv.register_structure_hook_factory(_is_optional, _optional_factory)
+    conv.register_structure_hook_factory(_origin_is(list), _list_factory)
+    conv.register_structure_hook_factory(_origin_is(dict), _dict_factory)
+    return conv
+
+
+# Profiles (written by hand): an unknown key is refused, so a typo is caught.
+converter = _build(forbid_extra_keys=True)
+# Files kvenv writes (locks, host snapshots, manifests, pointers, bundle indexes): keys this
+# kvenv does not know are ignored within a format version (docs/compatibility.md).
+lenient_converter = _build(forbid_extra_keys=False)
 
 
 def _format(exc: BaseException, type_: type | None) -> str:
@@ -285,10 +281,12 @@ def _fix_for(message: str) -> str | None:
     return None
 
 
-def structure(data: Any, cls: type[T], *, file: str | None, what: str) -> T:
-    """Structure ``data`` into ``cls`` or raise :class:`InputError` listing every problem."""
+def structure(data: Any, cls: type[T], *, file: str | None, what: str, lenient: bool = False) -> T:
+    """Structure ``data`` into ``cls`` or raise :class:`InputError` listing every problem.
+    ``lenient``: keys ``cls`` does not know are ignored (a file kvenv wrote, read by a kvenv
+    older than the writer within one format version); otherwise they are refused."""
     try:
-        return converter.structure(data, cls)
+        return (lenient_converter if lenient else converter).structure(data, cls)
     except (ClassValidationError, IterableValidationError, TypeError, ValueError, KeyError) as exc:
         problems = problems_from(exc, file=file)
         raise InputError(f"invalid {what}: {file or '<input>'}", problems=problems) from None

@@ -24,6 +24,7 @@ WheelFilename = NewType("WheelFilename", str)
 HfRepo = NewType("HfRepo", str)
 EnvName = NewType("EnvName", str)
 NonEmpty = NewType("NonEmpty", str)
+Requirement508 = NewType("Requirement508", str)
 PositiveInt = NewType("PositiveInt", int)
 Fraction = NewType("Fraction", float)
 
@@ -72,6 +73,11 @@ PATTERNS: dict[object, tuple[str, str]] = {
     ),
     EnvName: (r"[A-Za-z_][A-Za-z0-9_]*", "an environment variable name such as VLLM_LOGGING_LEVEL"),
     NonEmpty: (r"\S[\s\S]*", "a non-empty text"),
+    Requirement508: (
+        r"\s*[A-Za-z0-9][^\x00]*",
+        'a PEP 508 requirement such as "rich>=13", "datasets[audio]" or '
+        "\"uvloop; sys_platform == 'linux'\"",
+    ),
 }
 
 # RelPath and RootPath values must not contain a ``..`` segment (in any position).
@@ -122,4 +128,11 @@ def check(kind: object, value: str) -> str | None:
             Version(value)
         except InvalidVersion:
             return f"{value!r} is not valid: {fix}"
+    if kind is Requirement508:
+        from packaging.requirements import InvalidRequirement, Requirement
+
+        try:
+            Requirement(value)
+        except InvalidRequirement as exc:
+            return f"{value!r} is not valid: {exc}; {fix}"
     return None

@@ -121,10 +121,12 @@ def render_profile(
     snapshot: str | None = None,
     today: str = "",
     schema_line: bool = True,
+    python: str | None = None,
 ) -> str:
     """The commented TOML of a new profile. ``host`` fills ``[target]``; ``snapshot`` is the
     project-relative path of its saved snapshot; ``schema_line``: the first line points editors
-    at the JSON Schema (only true when the schema file is where the line points)."""
+    at the JSON Schema (only true when the schema file is where the line points); ``python``:
+    the host interpreter recorded as ``[host] python`` (what ``verify`` and ``apply`` judge)."""
     head = [SCHEMA_LINE] if schema_line else []
     head.append(f"# Profile {name!r}, started with `kvenv init`{f' on {today}' if today else ''}.")
     head.append(
@@ -169,12 +171,19 @@ def render_profile(
     host_table: dict[str, Any] = {}
     if snapshot:
         host_table["snapshot"] = snapshot
+    if python:
+        host_table["python"] = python
     if not extends:
         host_table["protected"] = list(DEFAULT_PROTECTED)
     host_comment = (
         "# What the host provides: `snapshot` is the JSON `kvenv fingerprint --save` wrote on "
         "it;\n# `protected` packages are never installed, upgraded or shadowed."
     )
+    if python:
+        host_comment += (
+            "\n# `python` is the host interpreter every command probes and judges (a relative "
+            "path is\n# against this project)."
+        )
     if host_table:
         parts.append(host_comment + "\n" + _table("host", host_table))
     else:
@@ -222,12 +231,15 @@ def init_profile(
     extends: str | None = None,
     host: Callable[[], HostSnapshot] | None = None,
     today: str = "",
+    python: str | None = None,
 ) -> InitResult:
     """Write ``profiles/NAME.toml`` under ``project`` (and, given ``host``, the snapshot it
     returns as ``profiles/NAME.host.json``), never overwriting. ``host`` is called only once
-    every check has passed. Raises :class:`UsageError` for a bad name, :class:`InputError` for
-    a missing project or an existing file, :class:`ProfileError` when ``extends`` is not found
-    or the generated profile would not load (then nothing is written)."""
+    every check has passed. ``python`` (the absolute path of the interpreter ``host`` probes)
+    is recorded as ``[host] python``: relative to ``project`` when it lies inside it (a
+    project's own venv), else absolute. Raises :class:`UsageError` for a bad name,
+    :class:`InputError` for a missing project or an existing file, :class:`ProfileError` when
+    ``extends`` is not found or the generated profile would not load (then nothing is written)."""
     reason = check(ProfileName, name)
     if reason:
         raise UsageError(f"invalid profile name: {reason}")
@@ -254,6 +266,7 @@ def init_profile(
         snapshot=snap_rel if snap is not None else None,
         today=today,
         schema_line=schema_here,
+        python=recorded_python(python, project) if python else None,
     )
     directory.mkdir(parents=True, exist_ok=True)
     _check_loads(text, directory / f".{name}.{os.getpid()}.init.toml", project)
@@ -271,6 +284,18 @@ def init_profile(
             raise InputError(f"refusing to overwrite {path}") from None
         raise
     return InitResult(path, snap_path if snap is not None else None, schema_here)
+
+
+def recorded_python(python: str, project: Path) -> str:
+    """How ``[host] python`` records the interpreter at ``python``: the path relative to
+    ``project`` when it lies inside it, else absolute. Symbolic links are kept, never resolved
+    (a virtual environment's ``bin/python`` is a link to the base interpreter, which is not the
+    same host)."""
+    absolute = Path(os.path.abspath(python))
+    base = Path(os.path.abspath(project))
+    if absolute.is_relative_to(base):
+        return absolute.relative_to(base).as_posix()
+    return str(absolute)
 
 
 def _check_loads(text: str, scratch: Path, project: Path) -> None:

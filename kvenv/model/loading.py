@@ -125,10 +125,11 @@ def find_profile(ref: str, *, cwd: Path | None = None) -> tuple[Path, str]:
             + (f" ({foreign}: a look-alike?)" if foreign else ""),
             hint="a name is lowercase letters, digits, '.', '_' and '-'; a path ends in .toml",
         )
-    looked: list[str] = []
+    looked: dict[str, list[str]] = {}  # directory -> what it is (said in the error)
+    labels = {"project": "the project's", ENV_PATH: f"${ENV_PATH}", "builtin": "the built-ins"}
     for origin, directory in _search_dirs(here):
         candidate = directory / f"{ref}.toml"
-        looked.append(str(directory))
+        looked.setdefault(str(directory), []).append(labels.get(origin, origin))
         memo.note("stat", str(directory))  # a profile added here would shadow a later one
         if candidate.is_file():
             return candidate, origin
@@ -153,7 +154,7 @@ def find_profile(ref: str, *, cwd: Path | None = None) -> tuple[Path, str]:
         f"no profile named {ref!r}",
         hint=(f"did you mean {close[0]!r}? " if close else "")
         + "looked in "
-        + ", ".join(dict.fromkeys(looked))
+        + ", ".join(f"{d} ({', '.join(dict.fromkeys(w))})" for d, w in looked.items())
         + "; `kvenv profiles` lists them",
     )
 
@@ -231,6 +232,24 @@ def _overlong(node: Any, where: str, file: str) -> Iterator[Problem]:
             yield from _overlong(value, f"{where}[{index}]", file)
 
 
+def _merge_layer(base: Mapping[str, Any], over: Mapping[str, Any]) -> dict[str, Any]:
+    """``over`` (a child) merged onto ``base`` (its parents) key by key, except that a
+    ``[native.source]`` of another ``kind`` than the parent's replaces it whole: a source is
+    one thing, and the parent's keys of another kind (an ``hf`` repo under a ``path``) would
+    only be unknown keys."""
+    merged = _merge(base, over)
+    own, old = _source_of(over), _source_of(base)
+    if own is not None and old is not None and own.get("kind", "hf") != old.get("kind", "hf"):
+        merged["native"]["source"] = dict(own)
+    return merged
+
+
+def _source_of(data: Mapping[str, Any]) -> Mapping[str, Any] | None:
+    native = data.get("native")
+    source = native.get("source") if isinstance(native, Mapping) else None
+    return source if isinstance(source, Mapping) else None
+
+
 def _merge(base: Mapping[str, Any], over: Mapping[str, Any]) -> dict[str, Any]:
     merged = dict(base)
     for key, value in over.items():
@@ -269,15 +288,19 @@ def load_profile(ref: str | None = None, *, cwd: Path | None = None) -> LoadedPr
         path, origin, chain = _read_chain(ref, here)
     merged: dict[str, Any] = {}
     for _, raw in reversed(chain):
-        merged = _merge(merged, raw)
+        merged = _merge_layer(merged, raw)
     for keys in _NOT_INHERITED:
         _keep_own(merged, chain[0][1], keys)
+    origins = _merge_declared(merged, chain)
     try:
         profile = convert.structure(merged, Profile, file=str(path), what="profile")
     except InputError as exc:
-        problems = [p.replace(file=str(_owner(p.path or "$", chain))) for p in exc.problems]
+        problems = [
+            _declared_owner(p, origins) or p.replace(file=str(_owner(p.path or "$", chain)))
+            for p in exc.problems
+        ]
         raise ProfileError(f"invalid profile: {path}", problems=problems) from None
-    problems = check_profile(profile, file=str(path))
+    problems = [_declared_owner(p, origins) or p for p in check_profile(profile, file=str(path))]
     if problems:
         raise ProfileError(f"invalid profile: {path}", problems=problems)
     inherited = tuple(_inherited_paths(profile, chain))
@@ -334,6 +357,79 @@ def _inherited_paths(
         owner = _owner(field, chain)
         if value is not None and owner != chain[0][0]:
             yield value, project_dir_of(owner)
+
+
+# The lists of ``[overlay]`` that ``extends`` merges entry by entry (docs/profiles.md): the
+# parent's entries, then the child's; a child's entry for a name a parent lists replaces it.
+DECLARED = ("requires", "constraints")
+_DECLARED_AT = re.compile(r"^\$\.overlay\.(requires|constraints)\[(\d+)\]")
+_REQ_NAME = re.compile(r"\s*([A-Za-z0-9][A-Za-z0-9._-]*)")
+
+
+def requirement_name(text: str) -> str | None:
+    """The canonical distribution name a PEP 508 line starts with (None: it names none)."""
+    found = _REQ_NAME.match(text)
+    return canonicalize_name(found.group(1)) if found else None
+
+
+def _merge_declared(
+    merged: dict[str, Any], chain: list[tuple[Path, dict[str, Any]]]
+) -> dict[tuple[str, int], tuple[Path, int]]:
+    """Merge ``[overlay] requires`` and ``constraints`` along ``chain`` (child first) into
+    ``merged``: where each merged entry came from, ``(key, index) -> (file, its index)``."""
+    origins: dict[tuple[str, int], tuple[Path, int]] = {}
+    overlay = merged.get("overlay")
+    if not isinstance(overlay, dict):
+        return origins
+    for key in DECLARED:
+        own = [raw.get("overlay", {}).get(key) for _, raw in chain]
+        owned = [o for o in own if o is not None]
+        if len(owned) < 2 or not all(
+            isinstance(o, list) for o in owned
+        ):  # one file sets it (or one is not a list: conversion says so)
+            for file, raw in chain:
+                if isinstance(raw.get("overlay", {}).get(key), list):
+                    origins.update({(key, i): (file, i) for i in range(len(raw["overlay"][key]))})
+                    break
+            continue
+        entries: list[tuple[Any, Path, int]] = []
+        for file, raw in reversed(chain):
+            for index, value in enumerate(raw.get("overlay", {}).get(key) or []):
+                name = requirement_name(value) if isinstance(value, str) else None
+                same = next(
+                    (
+                        at
+                        for at, (old, old_file, _) in enumerate(entries)
+                        if old_file != file
+                        and isinstance(old, str)
+                        and name is not None
+                        and requirement_name(old) == name
+                    ),
+                    None,
+                )
+                if same is None:
+                    entries.append((value, file, index))
+                else:
+                    entries[same] = (value, file, index)
+        overlay[key] = [value for value, _, _ in entries]
+        origins.update({(key, at): (file, i) for at, (_, file, i) in enumerate(entries)})
+    return origins
+
+
+def _declared_owner(
+    problem: Problem, origins: dict[tuple[str, int], tuple[Path, int]]
+) -> Problem | None:
+    """``problem`` about a merged ``[overlay]`` list entry, re-aimed at the file and index that
+    wrote it; None for any other problem."""
+    found = _DECLARED_AT.match(problem.path or "")
+    if found is None:
+        return None
+    origin = origins.get((found.group(1), int(found.group(2))))
+    if origin is None:
+        return None
+    file, index = origin
+    rest = (problem.path or "")[found.end() :]
+    return problem.replace(file=str(file), path=f"$.overlay.{found.group(1)}[{index}]{rest}")
 
 
 def _keep_own(merged: dict[str, Any], own: Mapping[str, Any], keys: tuple[str, ...]) -> None:
@@ -489,6 +585,24 @@ def check_profile(profile: Profile, *, file: str | None = None) -> list[Problem]
             add(where, f"{name!r} is waived twice", "waive it once")
         elif name in protected:
             add(where, f"{name!r} is protected on the host and never installed", "remove it")
+    native_name = canonicalize_name(profile.native.name) if profile.native else None
+    for key in DECLARED:
+        declared: list[str | None] = []
+        for index, text in enumerate(getattr(profile.overlay, key)):
+            where, named = f"$.overlay.{key}[{index}]", requirement_name(text)
+            declared.append(named)
+            if named is None:
+                continue
+            if named in protected and key == "requires":
+                add(
+                    where,
+                    f"{named!r} is protected on the host and never installed",
+                    f"remove it (the host provides {named}): `kvenv remove {named}`",
+                )
+            elif named == native_name:
+                add(where, f"{named!r} is the native wheel", "pin it in [native], not here")
+            elif named in declared[:index] and key == "requires":
+                add(where, f"{named!r} is required twice", "write one requirement per name")
     pth_allowed = [canonicalize_name(w.name) for w in profile.overlay.allow_pth]
     for index, name in enumerate(pth_allowed):
         if name in pth_allowed[:index]:
@@ -596,6 +710,9 @@ def profile_digest(profile: Profile) -> str:
         del data["overlay"]["record_waivers"]
     if not data.get("overlay", {}).get("allow_pth", True):
         del data["overlay"]["allow_pth"]  # none allowed: the digest locks already record
+    for key in DECLARED:  # none declared: the digest locks made before the field record
+        if not data.get("overlay", {}).get(key, True):
+            del data["overlay"][key]
     # Where the host interpreter lives is not what is locked or installed: moving it keeps the
     # lock valid (apply rebuilds when the interpreter differs from the manifest's).
     data.get("host", {}).pop("python", None)

@@ -25,6 +25,7 @@ from kvenv.model.fields import (
     ProfileName,
     PythonVersion,
     RelPath,
+    Requirement508,
     Revision,
     RootPath,
     Sha256,
@@ -172,9 +173,16 @@ class Overlay:
 
     A wheel that ships a ``.pth`` file with a line ``site`` executes at every interpreter start
     (``import ...``) is installed only when ``allow_pth`` names it, with a reason.
+
+    ``requires`` are the overlay's own top-level requirements beside the native wheel's (PEP
+    508: extras and markers allowed), ``constraints`` version bounds applied whenever a package
+    is needed (they add nothing): the profile declares what shapes its lock (``kvenv add`` and
+    ``kvenv remove`` edit ``requires``).
     """
 
     lock: RelPath | None = None
+    requires: list[Requirement508] = attrs.field(factory=list)
+    constraints: list[Requirement508] = attrs.field(factory=list)
     record_waivers: list[Waiver] = attrs.field(factory=list)
     # wheels allowed to ship a .pth line that Python executes at every start (``import ...``)
     allow_pth: list[Waiver] = attrs.field(factory=list)

@@ -20,7 +20,7 @@ from packaging.utils import canonicalize_name
 from kvenv._util import atomic
 from kvenv._util.jsonio import read_json
 from kvenv.errors import InputError
-from kvenv.model import convert
+from kvenv.model import convert, formats
 from kvenv.model.fields import NonEmpty, PackageName, Pep440Version
 
 
@@ -134,6 +134,8 @@ class HostSnapshot:
     taken_at: str | None = None
     source: Literal["probe", "recorded"] = "probe"
     notes: list[str] = attrs.field(factory=list)
+    # The kvenv that took it (since 0.2); not part of the snapshot's digest.
+    kvenv_version: str | None = None
 
     def find(self, name: str) -> Distribution | None:
         wanted = canonicalize_name(name)
@@ -144,7 +146,12 @@ class HostSnapshot:
 
 
 def snapshot_from_dict(data: Any, *, file: str | None = None) -> HostSnapshot:
-    return convert.structure(data, HostSnapshot, file=file, what="host snapshot")
+    """A snapshot from its JSON data: a newer format is refused, keys this kvenv does not know
+    are ignored (:mod:`kvenv.model.formats`)."""
+    formats.newer_format(
+        data, reads_up_to=formats.SNAPSHOT_FORMAT, file=file or "<input>", what="host snapshot"
+    )
+    return convert.structure(data, HostSnapshot, file=file, what="host snapshot", lenient=True)
 
 
 def snapshot_to_dict(snapshot: HostSnapshot) -> dict[str, Any]:
@@ -162,7 +169,11 @@ def read_snapshot(path: Path) -> HostSnapshot:
 
 
 def dumps_snapshot(snapshot: HostSnapshot) -> str:
-    return json.dumps(snapshot_to_dict(snapshot), indent=2, sort_keys=True) + "\n"
+    """The snapshot's JSON text, stamped with the kvenv that writes it (``kvenv_version``)."""
+    from kvenv import __version__
+
+    stamped = attrs.evolve(snapshot, kvenv_version=__version__)
+    return json.dumps(snapshot_to_dict(stamped), indent=2, sort_keys=True) + "\n"
 
 
 def write_snapshot(path: Path, snapshot: HostSnapshot, *, exclusive: bool = False) -> None:
@@ -177,5 +188,9 @@ def write_snapshot(path: Path, snapshot: HostSnapshot, *, exclusive: bool = Fals
 
 
 def snapshot_digest(snapshot: HostSnapshot) -> str:
-    canonical = json.dumps(snapshot_to_dict(snapshot), sort_keys=True, separators=(",", ":"))
+    """The digest a lock records of its host snapshot: of the host's facts, whichever kvenv
+    took them (``kvenv_version`` left out)."""
+    facts = snapshot_to_dict(snapshot)
+    facts.pop("kvenv_version", None)
+    canonical = json.dumps(facts, sort_keys=True, separators=(",", ":"))
     return "sha256:" + hashlib.sha256(canonical.encode()).hexdigest()

@@ -133,7 +133,8 @@ def artifacts_for(
         if native is not None and name == canonicalize_name(native.name):
             if artifact.sha256 != native.sha256:
                 raise LockError(
-                    f"the lock pins {package.name} with another sha256 than the profile",
+                    f"the lock pins {package.name} with sha256 {artifact.sha256}; the profile "
+                    f"pins {native.sha256}",
                     problems=[Problem("differs from native.sha256", file=lock_file, path=where)],
                     hint="re-lock with `kvenv lock` after changing the native wheel",
                 )
@@ -147,17 +148,34 @@ def _check_native_entry(
 ) -> None:
     """The lock's native package must be the profile's native wheel (name and sha256)."""
     sha = wheel.hashes.get("sha256") if isinstance(wheel, PackageWheel) else None
-    if (
-        native is None
-        or canonicalize_name(package.name) != canonicalize_name(native.name)
-        or sha != native.sha256
-    ):
+    fix = "re-lock with `kvenv lock` after changing the native wheel (or undo the lock's edit)"
+    if native is None or canonicalize_name(package.name) != canonicalize_name(native.name):
         pinned = f"{native.name} (sha256 {native.sha256})" if native else "no native wheel"
         raise LockError(
-            f"the lock's native wheel {package.name} is not the profile's: it pins {pinned}",
+            f"the lock's native wheel {package.name} is not the profile's: the profile pins "
+            f"{pinned}",
             problems=[Problem("differs from the profile's [native]", file=lock_file, path=where)],
-            hint="re-lock with `kvenv lock` after changing the native wheel",
+            hint=fix,
         )
+    if sha != native.sha256:  # quote the lock's own value: the one that is wrong
+        raise LockError(
+            f"the lock's native wheel {package.name} has sha256 {sha or '(none)'}; the profile "
+            f"pins {native.sha256}",
+            problems=[
+                Problem(
+                    f"is {sha or '(none)'}, not the profile's native.sha256 {native.sha256}",
+                    file=lock_file,
+                    path=f"{where}.wheels[{_wheel_index(package, wheel)}].hashes.sha256",
+                )
+            ],
+            hint=fix,
+        )
+
+
+def _wheel_index(package: Any, wheel: Any) -> int:
+    """The position of ``wheel`` among ``package``'s wheels (0 when it is not found)."""
+    wheels = list(getattr(package, "wheels", None) or ())
+    return next((i for i, w in enumerate(wheels) if w is wheel), 0)
 
 
 def native_artifact(loaded: LoadedProfile) -> Artifact | None:

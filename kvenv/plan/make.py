@@ -83,11 +83,23 @@ class PlanArtifact:
 
 @attrs.frozen
 class Shadow:
-    """A distribution the overlay provides that the host also has."""
+    """A distribution the overlay provides that the host has at another version (or at an
+    unknown one); the same version on both sides is not a shadow."""
 
     name: str
     overlay_version: str
     host_version: str | None  # None: present on the host, version unknown
+
+
+def same_as_host(plan: Plan) -> list[str]:
+    """``NAME VERSION`` of each overlay distribution the host has at the very same version
+    (the lock was made for a host without it): installed, but nothing on the host changes."""
+    out = []
+    for a in plan.artifacts:
+        on_host = plan.inputs.host.find(a.name) if a.role == "overlay" else None
+        if on_host is not None and on_host.version == a.version:
+            out.append(f"{canonicalize_name(a.name)} {a.version}")
+    return out
 
 
 @attrs.frozen
@@ -388,7 +400,7 @@ def make_plan(
         if a.role != "overlay":
             continue
         on_host = host.find(a.name)
-        if on_host is not None:
+        if on_host is not None and on_host.version != a.version:  # the same version: no shadow
             shadows.append(Shadow(canonicalize_name(a.name), a.version, on_host.version))
     assert effective.profile.target is not None
     target = TargetEnv.from_profile_target(effective.profile.target).describe()

@@ -17,7 +17,13 @@ from collections.abc import Callable, Mapping
 
 from kvenv.errors import InputError
 
-__all__ = ["ENV_PYTHON", "HostPython", "resolve_host_python"]
+__all__ = [
+    "ENV_PYTHON",
+    "RECORDED_SOURCE",
+    "HostPython",
+    "judged_host_python",
+    "resolve_host_python",
+]
 
 ENV_PYTHON = "KVENV_PYTHON"
 
@@ -117,6 +123,35 @@ def resolve_host_python(
             f"environment or python3 on PATH): using kvenv's own, {own}"
         ),
     )
+
+
+RECORDED_SOURCE = "the current generation's manifest"
+
+
+def judged_host_python(python: HostPython, recorded: str | None, *, flag: bool) -> HostPython:
+    """The host interpreter that ``verify``, ``status`` and ``doctor`` judge an applied
+    generation against: the one its manifest records (``recorded``) unless ``--python``
+    (``flag``) names another, which ``python`` (:func:`kvenv.env.place.host_python_of`) then
+    is, with a note that it differs from the recorded one. A recorded interpreter that no
+    longer exists is replaced by ``python``, with a note saying so. Nothing recorded (nothing
+    applied, an older manifest): ``python`` as it is. (``list`` shows the recorded one.)"""
+    if recorded is None or (python.path == recorded and not python.note):
+        return python
+    if flag:
+        if python.path == recorded:
+            return python
+        note = (
+            f"--python {python.path} differs from the interpreter the current generation was "
+            f"applied for, {recorded}: judging {python.path}"
+        )
+        return HostPython(python.path, python.source, python.own, note)
+    if os.path.isfile(recorded) and os.access(recorded, os.X_OK):
+        return HostPython(recorded, RECORDED_SOURCE, recorded == os.path.abspath(sys.executable))
+    note = (
+        f"the interpreter the current generation was applied for, {recorded}, is gone: judging "
+        f"{python.path} (from {python.source}); `kvenv apply` rebuilds the generation for it"
+    )
+    return HostPython(python.path, python.source, python.own, note)
 
 
 def _host(path: str, source: str, own: str) -> HostPython:

@@ -20,9 +20,10 @@ from typing import Any, Literal
 
 import attrs
 
+from kvenv import __version__
 from kvenv._util import atomic, hashing, jsonio
 from kvenv.errors import InputError, Problem, ShardError
-from kvenv.model import convert
+from kvenv.model import convert, formats
 from kvenv.model.fields import NonEmpty, PositiveInt, RelPath, Sha256
 from kvenv.runtime.safetensors_header import Header, HeaderError, read_header
 
@@ -71,6 +72,7 @@ class ShardManifest:
     # the tensors the model needs (as vLLM's workers reported them at save time); a shard set
     # without one of them is incomplete and would fail to load ("Missing keys")
     required_tensors: list[str] | None = None
+    kvenv_version: str | None = None  # the kvenv that saved it (since 0.2)
 
 
 def manifest_to_json(manifest: ShardManifest) -> dict[str, Any]:
@@ -602,7 +604,12 @@ def read_shard_manifest(path: Path) -> ShardManifest:
             f"invalid shard manifest: {path}",
             problems=[Problem(f"not valid JSON: {exc.msg} at line {exc.lineno}", file=str(path))],
         ) from None
-    manifest = convert.structure(data, ShardManifest, file=str(path), what="shard manifest")
+    formats.newer_format(
+        data, reads_up_to=formats.SHARDS_FORMAT, file=str(path), what="shard manifest"
+    )
+    manifest = convert.structure(
+        data, ShardManifest, file=str(path), what="shard manifest", lenient=True
+    )
     problems = []
     seen: set[str] = set()
     for i, item in enumerate(manifest.files):
@@ -744,6 +751,7 @@ def build_shard_manifest(
         quantization=quantization,
         source_model=source_model,
         required_tensors=required_tensors,
+        kvenv_version=__version__,
     )
 
 

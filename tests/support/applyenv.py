@@ -222,6 +222,15 @@ LOCAL_TARGET = (
 )
 
 
+def restamp_lock(path: Path) -> None:
+    """Write the lock at ``path`` again as ``kvenv lock`` writes one (its digests recorded,
+    :mod:`kvenv.lock.digest`), after a test edited it on purpose."""
+    from kvenv._util import tomlio
+    from kvenv.lock.pylock import dumps_lock
+
+    path.write_text(dumps_lock(tomlio.loads(path.read_text(), file=str(path))), encoding="utf-8")
+
+
 def local_project(directory: Path) -> Project:
     """The native wheel and the helper overlay, targeting this machine."""
     wheels = directory / "wheels"

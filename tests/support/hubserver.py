@@ -2,11 +2,12 @@
 
 It serves what the real ``huggingface_hub`` 2.x client needs for ``hf_hub_download``:
 ``HEAD``/``GET /{repo_id}/resolve/{revision}/{filename}`` (``/datasets/{repo_id}/...`` for
-datasets) with ``X-Repo-Commit``, ``ETag``, ``X-Linked-Etag``/``X-Linked-Size`` (LFS files),
-``Content-Length``, ``Accept-Ranges`` and ``Range`` requests; 404 with the ``X-Error-Code`` the
-client maps to its errors (``RepoNotFound``, ``RevisionNotFound``, ``EntryNotFound``) and 401
-for a private repository asked without its token. It also serves plain files and redirects
-(``add_static``, ``add_redirect``) for URL-source tests. It binds 127.0.0.1 on a random port
+datasets) with ``X-Repo-Commit`` (a branch added with ``add_branch`` resolves to its
+commit), ``ETag``, ``X-Linked-Etag``/``X-Linked-Size`` (LFS files), ``Content-Length``,
+``Accept-Ranges`` and ``Range`` requests; 404 with the ``X-Error-Code`` the client maps to
+its errors (``RepoNotFound``, ``RevisionNotFound``, ``EntryNotFound``) and 401 for a private
+repository asked without its token. It also serves plain files and redirects (``add_static``,
+``add_redirect``) for URL-source tests. It binds 127.0.0.1 on a random port
 (``HubServer(tls=context)`` serves https) and counts the connections made to it.
 
 Usage (the ``hub_server`` fixture below does all of this)::
@@ -70,6 +71,7 @@ class Seen:
 class _Repo:
     revisions: dict[str, dict[str, tuple[bytes, bool]]] = attrs.field(factory=dict)
     token_digest: str | None = None
+    branches: dict[str, str] = attrs.field(factory=dict)  # branch or tag -> commit
 
 
 def _digest(token: str) -> str:
@@ -138,6 +140,14 @@ class HubServer:
             repo.revisions.setdefault(revision, {})[filename] = (data, lfs)
         prefix = "/datasets" if repo_type == "dataset" else ""
         return f"{prefix}/{repo_id}/resolve/{revision}/{filename}"
+
+    def add_branch(
+        self, repo_id: str, branch: str, commit: str, *, repo_type: str = "model"
+    ) -> None:
+        """Make ``branch`` (or a tag) name ``commit``: a resolve at the branch serves the
+        commit's files with ``X-Repo-Commit: <commit>``, as the Hub does."""
+        with self._lock:
+            self._repos.setdefault((repo_type, repo_id), _Repo()).branches[branch] = commit
 
     def require_token(self, repo_id: str, token: str, *, repo_type: str = "model") -> None:
         """Make the repository private: only ``Authorization: Bearer <token>`` may read it."""
@@ -209,6 +219,7 @@ class HubServer:
                         "X-Error-Message": "Invalid username or password.",
                     }
                     return 401, headers, b"", None
+            revision = repo.branches.get(revision, revision)
             files = repo.revisions.get(revision)
             if files is None:
                 return 404, {"X-Error-Code": "RevisionNotFound"}, b"", None

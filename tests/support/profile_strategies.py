@@ -18,7 +18,7 @@ import attrs
 from hypothesis import strategies as st
 
 from kvenv.model import cpuisa, fields
-from kvenv.model.loading import canonicalize_name
+from kvenv.model.loading import canonicalize_name, requirement_name
 from kvenv.model.profile import HfSource, IndexSource, Profile
 
 _VERSION = (
@@ -26,8 +26,14 @@ _VERSION = (
     r"(\+[a-z0-9]{1,8}(\.[a-z0-9]{1,8})?)?"
 )
 
+_REQUIREMENT = (
+    r"[a-z][a-z0-9-]{0,8}[a-z0-9](\[[a-z]{1,5}\])?(>=[0-9]{1,2}(\.[0-9]{1,2})?)?"
+    r"(; python_version >= \"3\.[0-9]{1,2}\")?"
+)
+
 OVERRIDES: dict[object, st.SearchStrategy[Any]] = {
     fields.Pep440Version: st.from_regex(_VERSION, fullmatch=True),
+    fields.Requirement508: st.from_regex(_REQUIREMENT, fullmatch=True),
 }
 
 
@@ -118,7 +124,22 @@ def _repair(profile: Profile) -> Profile:
         if canonicalize_name(w.name) not in sacred
     ]
     allow_pth = list({canonicalize_name(w.name): w for w in profile.overlay.allow_pth}.values())
-    overlay = attrs.evolve(profile.overlay, record_waivers=record_waivers, allow_pth=allow_pth)
+    native_key = canonicalize_name(native.name) if native is not None else None
+    requires = list(
+        {
+            requirement_name(r): r
+            for r in profile.overlay.requires
+            if requirement_name(r) not in sacred and requirement_name(r) != native_key
+        }.values()
+    )
+    constraints = [c for c in profile.overlay.constraints if requirement_name(c) != native_key]
+    overlay = attrs.evolve(
+        profile.overlay,
+        record_waivers=record_waivers,
+        allow_pth=allow_pth,
+        requires=requires,
+        constraints=constraints,
+    )
     return attrs.evolve(
         profile, target=target, runtime=runtime, native=native, host=host, overlay=overlay
     )

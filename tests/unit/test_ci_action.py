@@ -18,6 +18,7 @@ from typing import Any
 
 import pytest
 
+from kvenv._util import tomlio
 from tests.support.paths import REPO
 from tests.support.wheelhouse import copy_checkout, repack_installed
 from tests.support.wheels import build_wheel
@@ -126,7 +127,8 @@ def test_the_action_installs_kvenv_and_checks_the_profiles(tmp_path: Path) -> No
     # the install step, as the runner runs it, from this checkout (GITHUB_ACTION_PATH)
     house = tmp_path / "wheelhouse"
     runtime = [r for r in metadata.requires("kvenv-overlay") or () if "extra ==" not in r]
-    repack_installed([*runtime, "hatchling>=1.25"], house)
+    build = tomlio.read(REPO / "pyproject.toml")["build-system"]["requires"]
+    repack_installed([*runtime, *build], house)
     source = tmp_path / "action"
     copy_checkout(source)
     github_path = tmp_path / "github-path"

@@ -30,7 +30,7 @@ import attrs
 import pytest
 
 from kvenv.model.target import TargetEnv
-from tests.support.applyenv import local_project
+from tests.support.applyenv import local_project, restamp_lock
 
 PROBE = """
 import io, json, sys
@@ -173,6 +173,7 @@ def applied(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Path, st
     )
     marker = json.dumps(target.environment_marker())
     project.lock_path.write_text(f"environments = [{marker}]\n{lock}", encoding="utf-8")
+    restamp_lock(project.lock_path)  # edited here: written again as kvenv writes a lock
     done = subprocess.run(
         [sys.executable, "-m", "kvenv", "apply", str(project.profile_path)],
         capture_output=True,

@@ -192,6 +192,10 @@ def _unknown_key(data: dict[str, Any]) -> None:
     data["surprise"] = 1
 
 
+def _newer_format(data: dict[str, Any]) -> None:
+    data["schema"], data["kvenv_version"] = 2, "9.0.0"
+
+
 def _outside_root(data: dict[str, Any]) -> None:
     data["activation"]["pythonpath"].insert(0, "/tmp/elsewhere")
 
@@ -218,10 +222,16 @@ CHANGES: dict[str, tuple[Any, int, str]] = {
         0,
         "LD_PRELOAD",
     ),
+    # a key this kvenv does not know is ignored (a newer kvenv added it: docs/compatibility.md)
     "manifest with an unknown key, pointer rewritten": (
         lambda p, r: (_edit_manifest(r, _unknown_key), _repoint(r)),
+        0,
+        "PYTHONPATH",
+    ),
+    "manifest of a newer format, pointer rewritten": (
+        lambda p, r: (_edit_manifest(r, _newer_format), _repoint(r)),
         2,
-        "surprise",
+        "written by kvenv 9.0.0 (format 2); this kvenv reads up to 1: upgrade kvenv",
     ),
     "manifest with a path outside the root, pointer rewritten": (
         lambda p, r: (_edit_manifest(r, _outside_root), _repoint(r)),

@@ -126,3 +126,19 @@ def test_without_a_profile_the_cache_is_the_default_one_apply_used(
     assert "no profile named" in said.err
     assert main(["cache", "verify", "--cache", str(tmp_path / "nowhere")]) == 2
     assert "nowhere (from --cache) does not exist" in capsys.readouterr().err
+
+
+def test_a_cache_that_is_a_file_is_said_to_be_one(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``cache verify|prune|clean --cache FILE``: "is a file, not a directory" (exit 2), never
+    "does not exist" or "nothing to remove"; the file is untouched."""
+    afile = tmp_path / "afile"
+    afile.write_text("mine")
+    for command in ("verify", "prune", "clean"):
+        for profile in ([], ["demo"]):
+            assert main(["cache", command, *profile, "--cache", str(afile)]) == 2
+            said = capsys.readouterr().err
+            assert f"the cache {afile} (from --cache) is a file, not a directory" in said, said
+            assert "does not exist" not in said
+    assert afile.read_text() == "mine"

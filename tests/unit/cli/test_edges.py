@@ -134,6 +134,32 @@ def test_head_one_of_a_long_output_is_quiet(tmp_path: Path) -> None:
     assert result.returncode in (0, 141)
 
 
+def test_a_short_output_read_whole_ends_with_the_commands_own_code(tmp_path: Path) -> None:
+    """What the exit-code tables say of 141: a reader that leaves only after kvenv's short
+    output reached the pipe (``kvenv verify | head -1`` most of the time) cannot be told from
+    one that read it all: the command's own code. (A reader gone first: 141, above.)"""
+    read_end, write_end = os.pipe()
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    try:
+        result = subprocess.run(
+            [sys.executable, "-m", "kvenv", "--version"],
+            stdout=write_end,
+            stderr=subprocess.PIPE,
+            cwd=tmp_path,
+            env=env,
+            timeout=60,
+            check=False,
+        )
+    finally:
+        os.close(write_end)
+        with os.fdopen(read_end, "rb") as reader:
+            first = reader.readline()  # read after kvenv wrote, then closed: like head -1
+    assert first.startswith(b"kvenv ") and result.returncode == 0
+    for page in (REPO / "README.md", REPO / "docs" / "errors.md"):
+        row = next(line for line in page.read_text().splitlines() if line.startswith("| 141 |"))
+        assert "ends with its own code" in row and "usually" in row, page
+
+
 # verify-wheel ------------------------------------------------------------------------------------
 
 

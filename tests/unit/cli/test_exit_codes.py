@@ -139,6 +139,14 @@ def _two_generations(w: World) -> Manifest:
     return first
 
 
+def _pin_conflict(w: World) -> int:
+    """A native wheel whose requirement no version satisfies: the relock finds no resolution."""
+    wheels = w.project.dir / "wheels"
+    wheel = build_wheel(wheels, "nativepkg", "9.0", requires=["helper>=99"])
+    flags = ["--no-index", "--find-links", str(wheels), "--offline"]
+    return w.kvenv("pin", str(wheel), "--profile", w.profile, *flags)
+
+
 def _rollback_refused(w: World) -> int:
     import shutil
 
@@ -163,6 +171,30 @@ def _lock_conflict(w: World) -> int:
     house = basic_house(w.dir / "house")
     loaded = write_project(w.dir / "lockproj", native_requires=["alpha>=99"])
     return w.kvenv("lock", str(loaded.path), "--find-links", str(house), "--no-index")
+
+
+def _lockproj(w: World) -> tuple[str, list[str]]:
+    """A lock project of its own (its profile path) and the flags that find its wheels."""
+    from tests.support.lockenv import basic_house, write_project
+
+    house = w.dir / "house"
+    if not house.is_dir():
+        basic_house(house)
+    path = w.dir / "lockproj" / "profiles" / "testbox.toml"
+    if not path.is_file():
+        write_project(w.dir / "lockproj")
+    return str(path), ["--find-links", str(house), "--no-index"]
+
+
+def _add(w: World, *requirements: str, lock: bool = False) -> int:
+    profile, flags = _lockproj(w)
+    return w.kvenv("add", *requirements, "--profile", profile, *(flags if lock else ["--no-lock"]))
+
+
+def _remove_added(w: World) -> int:
+    assert _add(w, "beta") == 0
+    profile, _ = _lockproj(w)
+    return w.kvenv("remove", "beta", "--profile", profile, "--no-lock")
 
 
 def _lock_stale(w: World) -> int:
@@ -197,6 +229,13 @@ CASES: dict[tuple[str, str], Case] = {
     ("lock", "1"): _lock_stale,
     ("lock", "2"): lambda w: w.kvenv("lock", "--check", "demo", "-o", "none.toml"),
     ("lock", "3"): _lock_conflict,
+    ("add", "0"): lambda w: _add(w, "beta"),
+    ("add", "2"): lambda w: w.kvenv("add", "rich", "--profile", "demo", "--no-lock"),
+    ("add", "3"): lambda w: _add(w, "alpha>=99", lock=True),
+    ("remove", "0"): _remove_added,
+    ("remove", "2"): lambda w: w.kvenv("remove", "beta", "--profile", _lockproj(w)[0]),
+    ("diff", "0"): lambda w: w.kvenv("diff", *[str(REPO / "locks" / "pylock.demo.toml")] * 2),
+    ("diff", "2"): lambda w: w.kvenv("diff", "none.toml", "none.toml"),
     ("plan", "0"): lambda w: w.kvenv("plan", w.profile, *w.paths()),
     ("plan", "2"): lambda w: w.kvenv("plan", "nope"),
     ("plan", "3"): lambda w: w.kvenv("plan", KAGGLE, *w.paths()),
@@ -294,6 +333,21 @@ CASES: dict[tuple[str, str], Case] = {
     ("rollback", "1"): _rollback_refused,
     ("rollback", "2"): lambda w: w.kvenv("rollback", w.profile, "not-a-generation", *w.paths()),
     ("rollback", "3"): _rollback_busy,
+    ("pin", "0"): lambda w: w.kvenv(
+        "pin", str(w.project.native), "--profile", w.profile, "--no-lock"
+    ),
+    ("pin", "2"): lambda w: w.kvenv("pin", str(w.dir / "nope.whl"), "--profile", w.profile),
+    ("pin", "3"): _pin_conflict,
+    ("why", "0"): lambda w: w.kvenv("why", "helper", "--profile", w.profile),
+    ("why", "2"): lambda w: w.kvenv("why", "nope", "--profile", w.profile),
+    ("tree", "0"): lambda w: w.kvenv("tree", "--profile", w.profile),
+    ("tree", "2"): lambda w: w.kvenv("tree", "--profile", w.profile, "--invert", "nope"),
+    ("export", "0"): lambda w: w.kvenv(
+        "export", "--profile", w.profile, "--format", "requirements-txt", "--offline"
+    ),
+    ("export", "2"): lambda w: w.kvenv(
+        "export", "--profile", w.profile, "--format", "pylock", "-o", str(w.dir / "x.toml")
+    ),
     ("completion", "0"): lambda w: w.kvenv("completion", "bash"),
     ("completion", "2"): lambda w: w.kvenv("completion"),
 }

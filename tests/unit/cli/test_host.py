@@ -254,6 +254,46 @@ def test_init_from_host(
     assert code == 2 and "refusing to overwrite" in err
 
 
+def test_init_from_host_with_python_records_it(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``init --from-host --python X`` records ``[host] python`` (the interpreter probed, a
+    venv's link kept as a link), so every later command judges X, not kvenv's own."""
+    import venv
+
+    from kvenv.probe.interpreter import resolve_host_python
+
+    project = tmp_path / "team"
+    project.mkdir()
+    venv.EnvBuilder(symlinks=True, with_pip=False).create(project / ".venv")
+    inner = project / ".venv" / "bin" / "python"
+    code, _, err = run(
+        capsys, "init", "here", "--from-host", "--python", str(inner), "--dir", str(project)
+    )
+    assert code == 0, err
+    text = (project / "profiles" / "here.toml").read_text()
+    assert 'python = ".venv/bin/python"' in text  # inside the project: relative to it
+    loaded = load_profile(str(project / "profiles" / "here.toml"), cwd=project)
+    assert loaded.profile.host.python == ".venv/bin/python"
+    assert loaded.host_python_path == inner  # not resolved through the venv's link
+    chosen = resolve_host_python(flag=None, environ={}, profile_value=str(loaded.host_python_path))
+    assert chosen.path == str(inner) and "[host] python" in chosen.source
+    # outside the project: the absolute path
+    other = tmp_path / "elsewhere"
+    other.mkdir()
+    code, _, err = run(
+        capsys, "init", "there", "--from-host", "--python", str(inner), "--dir", str(other)
+    )
+    assert code == 0, err
+    there = load_profile(str(other / "profiles" / "there.toml"), cwd=other)
+    assert there.profile.host.python == str(inner)
+    # without --python nothing is recorded (every command keeps choosing by the usual rule)
+    code, _, _ = run(capsys, "init", "plain", "--from-host", "--dir", str(other))
+    assert code == 0
+    plain = load_profile(str(other / "profiles" / "plain.toml"), cwd=other)
+    assert plain.profile.host.python is None
+
+
 def test_init_refusals(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     code, _, err = run(capsys, "init", "Bad Name", "--dir", str(tmp_path))
     assert code == 2 and "invalid profile name" in err

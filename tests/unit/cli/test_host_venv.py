@@ -273,3 +273,62 @@ def test_python_under_run_shell_and_activation_is_the_host_interpreter(
         )
         assert ran.returncode == 0, (name, ran.stderr)
         assert ran.stdout.strip() == expected, name
+
+
+def test_verify_status_and_doctor_judge_the_recorded_host(
+    tmp_path: Path, kvenv_python: str
+) -> None:
+    """``apply --python HOST``, then plain ``verify``/``status``/``doctor`` while the default
+    rule names another interpreter (``$KVENV_PYTHON``, without torch): they judge HOST, the
+    one the manifest records; ``status``'s ``current`` agrees with ``plan``; ``--python``
+    naming another is judged, and said to differ."""
+    host = _host_venv(tmp_path)
+    wheels = tmp_path / "proj" / "wheels"
+    project = write_project(tmp_path / "proj", native=native_wheel(wheels), overlay=[])
+    env = {**_env(tmp_path), "KVENV_PYTHON": kvenv_python}
+    paths = ["--root", str(tmp_path / "root"), "--cache", str(tmp_path / "cache")]
+    profile = str(project.profile_path)
+
+    def kvenv(*args: str, code: int = 0, **extra: str) -> subprocess.CompletedProcess[str]:
+        done = subprocess.run(
+            [kvenv_python, "-m", "kvenv", *args],
+            cwd=project.dir,
+            env={**env, **extra},
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=False,
+        )
+        assert done.returncode == code, (args, done.stdout, done.stderr)
+        assert "Traceback" not in done.stderr
+        return done
+
+    kvenv("apply", profile, *paths, "--python", str(host))
+    verified = kvenv("verify", profile, *paths)
+    assert f"unchanged in {host} (from the current generation's manifest)" in verified.stdout
+    status = json.loads(kvenv("status", profile, *paths, "--json").stdout)
+    assert status["host_python"]["path"] == str(host)
+    plan = kvenv("plan", profile, *paths)
+    assert "up to date" not in plan.stdout  # plain plan/apply use $KVENV_PYTHON: a rebuild
+    assert status["current"] is False
+    text = kvenv("status", profile, *paths).stdout
+    assert f"current: no: applied for {host}" in text and f"--python {host}" in text
+    with_host = json.loads(kvenv("status", profile, *paths, "--python", str(host), "--json").stdout)
+    assert with_host["current"] is True
+    assert "up to date" in kvenv("plan", profile, *paths, "--python", str(host)).stdout
+    doctor = kvenv("doctor", profile, "--json", KVENV_ROOT=paths[1])
+    assert (
+        json.loads(doctor.stdout)["host_source"]
+        == f"live probe of {host} (from the current generation's manifest)"
+    )
+
+    other = kvenv("verify", profile, *paths, "--python", kvenv_python, code=1)
+    assert f"--python {kvenv_python} differs from the interpreter" in other.stderr
+    assert str(host) in other.stderr
+
+    # A real change to the recorded host's torch is seen by a plain verify.
+    metadata = next(host.parent.parent.glob("lib/python*/site-packages/torch-*.dist-info/METADATA"))
+    metadata.write_text(metadata.read_text().replace(f"Version: {TORCH}", "Version: 2.14.0"))
+    drift = kvenv("verify", profile, *paths, code=1)
+    assert "torch changed" in drift.stdout + drift.stderr
+    assert "the host changed, not what kvenv installed" in drift.stderr  # not "repair it"

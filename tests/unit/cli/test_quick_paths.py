@@ -133,14 +133,20 @@ def test_status_recalled_prints_what_the_full_path_prints(cli: Cli) -> None:
 
 
 def test_note_on_stderr_is_the_same(cli: Cli) -> None:
-    """kvenv's own interpreter chosen as the fallback: the note is printed on both paths."""
+    """kvenv's own interpreter chosen as the fallback: the note is printed on both paths.
+    (``plan``: ``status`` of an applied root shows the interpreter its manifest records.)"""
     env = {k: v for k, v in cli.env.items() if k != "KVENV_PYTHON"}
     env["PATH"] = str(cli.tmp / "empty-path")  # no python3 on PATH
     cli.forget()
+    slow = cli.run("plan", cli.profile, env=env)
+    fast = cli.run("plan", cli.profile, env=env)
+    assert cli.taken == "quick"
+    assert fast == slow and "note: no host interpreter found" in fast[2]
+    env["KVENV_ROOT"] = str(cli.tmp / "nothing-applied")  # status: no recorded interpreter
     slow = cli.run("status", cli.profile, env=env)
     fast = cli.run("status", cli.profile, env=env)
     assert cli.taken == "quick"
-    assert fast == slow and "note: no host interpreter found" in fast[2]
+    assert fast == slow and fast[2].count("note: no host interpreter found") == 1
 
 
 def test_edited_lock_takes_the_full_path(cli: Cli) -> None:

@@ -143,6 +143,13 @@ def test_text_output(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None
     assert main(["list", *args]) == 0
     text = capsys.readouterr().out
     assert "nativepkg" in text and "native" in text and "overlay" in text
+    # the host has torch, not torchvision/torchaudio: those are absent, not "host (unknown)"
+    assert "(unknown)" not in text
+    assert "protected, absent on the host when applied: torchaudio, torchvision" in text
+    assert main(["list", *args, "--json"]) == 0
+    listed = json.loads(capsys.readouterr().out)
+    assert listed["host_absent"] == ["torchaudio", "torchvision"]
+    assert {r["name"] for r in listed["distributions"] if r["origin"] == "host"} == {"torch"}
     assert main(["generations", *args]) == 0
     lines = capsys.readouterr().out.splitlines()
     assert len(lines) == 2 and lines[1].startswith("* ")

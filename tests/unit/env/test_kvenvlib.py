@@ -49,6 +49,24 @@ def test_only_what_is_missing_is_copied() -> None:
     assert sources_for(everything) == ({}, [])  # the host's (or overlay's) copies win
 
 
+def test_what_lies_in_an_archive_is_one_note(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """kvenv run as a single file: its packages lie in the archive; one note names them all
+    (not six notes, one per package)."""
+    import kvenv.env.kvenvlib as kvenvlib
+
+    archive = tmp_path / "kvenv.pyz"
+    monkeypatch.setattr(kvenvlib, "_location", lambda name: archive / name)
+    sources, notes = sources_for([])
+    assert sources == {}
+    assert notes == [
+        f"{KVENV_LIB}: kvenv, attr, attrs, cattrs, packaging, typing_extensions not copied: "
+        "kvenv runs from an archive (a single file); a program in the generation imports them "
+        "only from the host"
+    ]
+
+
 def _bare_python(tmp_path: Path) -> Path:
     """A host interpreter without kvenv or any of its requirements."""
     subprocess.run(

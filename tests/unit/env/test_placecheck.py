@@ -84,3 +84,32 @@ def test_host_places_never_hold_the_filesystem_root(tmp_path: Path) -> None:
     assert "/" not in found and "/x/src" not in found
     assert os.path.realpath(sys.prefix) in found
     assert os.path.realpath("/usr/lib/python3/dist-packages") in found
+
+
+def test_the_filesystem_root_as_runtime_root_gets_a_fix_that_can_work(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``--root /`` is refused as a root that can never be one (not as "cache inside the
+    runtime root /" with "give --cache DIR", which no cache can satisfy); ``status --root /``
+    does not suggest ``apply --root /``; a root that holds the cache names both fixes."""
+    from kvenv.cli import main
+
+    monkeypatch.chdir(tmp_path)
+    cache = ["--cache", str(tmp_path / "cache")]
+    assert main(["apply", "demo", "--root", "/", *cache]) == 3
+    error = capsys.readouterr().err
+    assert "refusing the runtime root / (from --root): it is the filesystem root" in error
+    assert "give another --root DIR" in error and "--cache" not in error
+    assert main(["status", "demo", "--root", "/", *cache]) == 0
+    text = capsys.readouterr().out
+    assert "apply demo --root /" not in text and "can never be a runtime root" in text
+    assert main(["apply", "demo", "--root", str(tmp_path), "--cache", str(tmp_path / "c")]) == 3
+    error = capsys.readouterr().err
+    assert "inside the runtime root" in error
+    assert f"give another --cache DIR outside {tmp_path}" in error
+    assert "a runtime root that does not hold the cache (give another --root DIR)" in error
+    assert misplaced("/", str(tmp_path), []) == (
+        "root",
+        "is the filesystem root: a runtime root must be a directory of its own",
+        "/",
+    )

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 from pathlib import Path
 
@@ -60,7 +61,8 @@ def test_reset_removes_only_owned_names_and_keeps_cache(tmp_path: Path) -> None:
     (where.root / "user-notes.txt").write_text("keep me")
     plan = plan_reset(where, cwd=tmp_path)
     actions = {t.label: t.action for t in plan.targets}
-    assert actions["generations"] == "remove" and actions["store"] == "preserve"
+    assert actions["store"] == "preserve" and actions["user-notes.txt"] == "keep"
+    assert [t.action for t in plan.targets if t.label.startswith("generation ")] == ["remove"]
     execute_reset(plan, where)
     assert sorted(p.name for p in where.root.iterdir()) == [
         ".kvenv-root",
@@ -69,7 +71,7 @@ def test_reset_removes_only_owned_names_and_keeps_cache(tmp_path: Path) -> None:
     ]
     assert (where.cache / "store").is_dir()
     again = plan_reset(where, cwd=tmp_path)  # idempotent
-    assert all(t.action in ("absent", "preserve") for t in again.targets)
+    assert all(t.action in ("absent", "preserve", "keep") for t in again.targets)
 
 
 def test_reset_then_apply_restores(tmp_path: Path) -> None:
@@ -108,3 +110,104 @@ def test_reset_refuses_a_symlinked_root(tmp_path: Path) -> None:
     os.symlink(where.root, alias)
     with pytest.raises(InputError, match="symlink"):
         plan_reset(Locations(alias, where.cache), cwd=tmp_path)
+
+
+def _plant(where: Locations) -> list[Path]:
+    """A nested runtime root inside the current generation, a user's files beside kvenv's
+    names (in the root and in ``generations/``): every file of theirs (the nested root's many).
+    Also a file added inside the generation, which goes with it (as ``apply --repair``)."""
+    generation = next((where.root / "generations").iterdir())
+    nested = generation / "native" / "newroot"
+    (nested / "generations" / "20260101T000000-abcdef" / "overlay" / "pkg").mkdir(parents=True)
+    (nested / ".kvenv-root").write_text('{"schema": 1}')
+    for index in range(5):
+        (nested / "generations" / "20260101T000000-abcdef" / "overlay" / "pkg" / f"m{index}.py")\
+            .write_text(f"x = {index}\n")  # fmt: skip
+    (generation / "overlay" / "sitecustomize.py").write_text("planted")
+    (where.root / "user-notes.txt").write_text("keep me")
+    (where.root / "generations" / "my-data").mkdir()
+    (where.root / "generations" / "my-data" / "d.txt").write_text("mine")
+    return sorted(
+        [p for p in nested.rglob("*") if p.is_file()]
+        + [where.root / "generations" / "my-data" / "d.txt", where.root / "user-notes.txt"]
+    )
+
+
+def test_reset_keeps_and_names_a_nested_root_and_users_files(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    where = _applied(tmp_path)
+    planted = _plant(where)
+    contents = {p: p.read_bytes() for p in planted}
+    generation = next((where.root / "generations").iterdir())
+    monkeypatch.chdir(tmp_path)
+    profile = str(tmp_path / "proj" / "profiles" / "t.toml")
+    common = [profile, "--root", str(where.root), "--cache", str(where.cache)]
+    nested = str(generation / "native" / "newroot")
+    added = str(where.root / "generations" / "my-data")
+    user = str(where.root / "user-notes.txt")
+
+    assert main(["reset", *common, "--dry-run"]) == 0
+    text = capsys.readouterr().out
+    assert f"remove   {generation}" in text
+    for path in (nested, added, user):
+        assert f"keep     {path}" in text
+    assert main(["reset", *common, "--dry-run", "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert sorted(data["kept"]) == sorted([nested, added, user])
+    assert {t["path"] for t in data["targets"] if t["action"] == "remove"} >= {
+        str(generation),
+        str(where.root / "current.json"),
+    }
+
+    assert main(["reset", *common, "--yes"]) == 0
+    text = capsys.readouterr().out
+    for path in (nested, added, user):
+        assert f"kept {path}" in text
+    assert f"{where.root} stays" in text
+    assert {p: p.read_bytes() for p in planted if p.is_file()} == contents  # every file survives
+    # kvenv's own files went: no pointer, shims, manifest or installed module is left
+    assert not (where.root / "current.json").exists()
+    assert not list(where.root.glob("activate.*"))
+    assert not (generation / "manifest.json").exists()
+    assert not (generation / "overlay" / "sitecustomize.py").exists()
+    left = {p for p in where.root.rglob("*") if p.is_file()}
+    assert left - set(planted) == {where.root / ".kvenv-root", where.root / ".kvenv.lock"}
+    # a second reset keeps the same and removes nothing more
+    assert main(["reset", *common, "--yes"]) == 0
+    assert {p: p.read_bytes() for p in planted} == contents
+
+
+def test_reset_through_a_symlinked_root_is_refused(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    where = _applied(tmp_path)
+    alias = tmp_path / "alias"
+    os.symlink(where.root, alias)
+    monkeypatch.chdir(tmp_path)
+    profile = str(tmp_path / "proj" / "profiles" / "t.toml")
+    assert main(["reset", profile, "--root", str(alias), "--cache", str(where.cache), "--yes"]) == 2
+    message = capsys.readouterr().err
+    assert "symlink" in message and str(where.root) in message
+    assert (where.root / "current.json").is_file()
+    linked_parent = tmp_path / "parent-link"
+    os.symlink(where.root.parent, linked_parent)
+    assert main(
+        ["reset", profile, "--root", str(linked_parent / where.root.name), "--cache",
+         str(where.cache), "--yes"]
+    ) == 2  # fmt: skip
+    assert (where.root / "current.json").is_file()
+
+
+def test_reset_with_nothing_applied_names_no_absent_cache(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    standard_project(tmp_path / "proj")
+    monkeypatch.chdir(tmp_path)
+    profile = str(tmp_path / "proj" / "profiles" / "t.toml")
+    common = [profile, "--root", str(tmp_path / "none"), "--cache", str(tmp_path / "no-cache")]
+    assert main(["reset", *common, "--dry-run"]) == 0
+    assert "preserve" not in capsys.readouterr().out
+    assert main(["reset", *common, "--yes"]) == 0
+    text = capsys.readouterr().out
+    assert "cache preserved" not in text and "nothing is applied" in text

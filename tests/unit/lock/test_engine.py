@@ -73,6 +73,22 @@ def test_locks_the_closure_for_the_target(tmp_path: Path) -> None:
     assert doc["environments"] and doc["requires-python"] == "==3.12.*"
 
 
+def test_the_native_package_lists_its_dependencies_like_any_other(tmp_path: Path) -> None:
+    """The native's own ``dependencies`` (PEP 751) name the locked packages it requires (the
+    host's torch is not in the lock, so not among them), and ``packaging.pylock`` reads them."""
+    loaded = write_project(tmp_path / "p", distributions=[HOST_TORCH, {"name": "filelock"}])
+    house = basic_house(tmp_path / "house")
+    doc = lock_doc(loaded, house_opts(house, tmp_path))
+    (native,) = [p for p in doc["packages"] if is_native(p)]
+    assert native["dependencies"] == [{"name": "alpha"}]
+    alpha = next(p for p in doc["packages"] if p["name"] == "alpha")
+    assert {d["name"] for d in alpha["dependencies"]} == {"beta", "six"}
+    lock = Pylock.from_dict(doc)
+    lock.validate()
+    (read,) = [p for p in lock.packages if p.name == "nativepkg"]
+    assert [d.get("name") for d in read.dependencies or ()] == ["alpha"]
+
+
 def test_a_newer_target_glibc_takes_the_newer_wheel(tmp_path: Path) -> None:
     loaded = write_project(tmp_path / "p", distributions=[HOST_TORCH], glibc="2.39")
     house = basic_house(tmp_path / "house")

@@ -17,6 +17,7 @@ import kvenv.lock.check
 import kvenv.model.loading
 from kvenv._util import memo
 from kvenv.cli import main
+from kvenv.lock.indexflags import index_values
 from kvenv.lock.quick import CHECK_KIND, RESULT_KIND, check_key, recall
 from kvenv.model.facts import remember_facts
 from tests.support.audit import reads_of, uncovered
@@ -92,7 +93,8 @@ def _forget(cache: Path, *kinds: str) -> None:
 
 def _kept(cache: Path, output: Path | None = None, at_hand: Path | None = None) -> Any:
     """The passed check of ``testbox`` kept in ``cache`` (run from the working directory)."""
-    return recall(cache, CHECK_KIND, check_key("testbox", output, at_hand or cache))
+    index = index_values(environ=os.environ, base=Path.cwd())  # no index flags given
+    return recall(cache, CHECK_KIND, check_key("testbox", output, at_hand or cache, index))
 
 
 CHECKS = [["lock", "testbox", "--check"], ["lock", "testbox", "--check", "--json"]]

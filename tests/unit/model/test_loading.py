@@ -21,6 +21,7 @@ from kvenv.model.loading import (
     load_profile,
     recorded_host,
 )
+from kvenv.model.profile import HfSource, IndexSource
 from tests.support.paths import REPO
 
 ROOT = REPO
@@ -173,6 +174,35 @@ def test_extends_by_name_overrides_nested_fields(here: Path) -> None:
         builtin_dir() / "kaggle-t4x2-cu128.toml",
     )
     assert loaded.digest != load_profile(DEFAULT_PROFILE).digest
+
+
+def test_a_child_native_source_of_another_kind_replaces_the_parents(here: Path) -> None:
+    """The built-in Kaggle profile pins an ``hf`` source; a child that pins an ``index`` one
+    (what ``kvenv pin NAME==VERSION`` writes) gets that source alone, not the parent's
+    ``repo``/``revision`` beside it; a source of the same kind still merges key by key."""
+    sha = "ab" * 32
+    write_raw(
+        here / "profiles" / "team.toml",
+        'schema = 1\nname = "team"\nextends = "kaggle-t4x2-cu128"\n'
+        f'[native]\nname = "vllm"\nversion = "0.18.2"\nsha256 = "{sha}"\nsize = 10\n'
+        '[native.source]\nkind = "index"\nfilename = "vllm-0.18.2-cp312-cp312-linux_x86_64.whl"\n',
+    )
+    native = load_profile("team").profile.native
+    assert native is not None and native.version == "0.18.2"
+    assert native.source == IndexSource(
+        kind="index", filename="vllm-0.18.2-cp312-cp312-linux_x86_64.whl"
+    )
+    revision = "1" * 40
+    write_raw(
+        here / "profiles" / "bump.toml",
+        'schema = 1\nname = "bump"\nextends = "kaggle-t4x2-cu128"\n'
+        f'[native.source]\nrevision = "{revision}"\n',
+    )
+    parent = load_profile(DEFAULT_PROFILE).profile.native
+    bumped = load_profile("bump").profile.native
+    assert isinstance(bumped.source, HfSource) and isinstance(parent.source, HfSource)  # type: ignore[union-attr]
+    assert bumped.source.revision == revision  # type: ignore[union-attr]
+    assert bumped.source.repo == parent.source.repo  # type: ignore[union-attr]
 
 
 def test_extends_by_path_is_relative_to_the_child_file(here: Path) -> None:

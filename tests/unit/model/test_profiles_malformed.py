@@ -360,3 +360,22 @@ def test_not_utf8_is_unreadable(project: Path, capsys: pytest.CaptureFixture[str
 def test_a_directory_is_unreadable(project: Path) -> None:
     (project / "dir.toml").mkdir()
     assert main(["validate", "dir.toml"]) == 2
+
+
+def test_an_unknown_name_says_every_place_searched_and_the_close_match(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``no profile named 'dmeo'``: the hint names each directory searched with what it is
+    (the project's, ``$KVENV_PROFILE_PATH``, the built-ins) and suggests ``demo``."""
+    from kvenv.model.loading import builtin_dir
+
+    extra = tmp_path / "mine"
+    extra.mkdir()
+    monkeypatch.setenv("KVENV_PROFILE_PATH", str(extra))
+    monkeypatch.chdir(tmp_path)
+    assert main(["plan", "dmeo"]) == 2
+    hint = capsys.readouterr().err
+    assert "did you mean 'demo'?" in hint
+    assert f"{tmp_path / 'profiles'} (the project's)" in hint
+    assert f"{extra} ($KVENV_PROFILE_PATH)" in hint
+    assert f"{builtin_dir()} (the built-ins)" in hint

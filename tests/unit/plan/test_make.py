@@ -52,6 +52,24 @@ def test_fresh_plan(project: Project, tmp_path: Path) -> None:
     assert validate(plan_to_dict(plan), schemas.generate("plan")) == []
 
 
+def test_the_same_version_on_the_host_is_no_shadow(project: Project, tmp_path: Path) -> None:
+    """An overlay wheel at the host's own version (``jmespath 1.1.0 -> 1.1.0``) is not listed
+    as a shadow; the plan's text says what it is."""
+    import attrs
+
+    from kvenv.cli.apply import _plan_lines
+    from kvenv.model.snapshot import Distribution
+
+    host = host_snapshot(fake_host_site(tmp_path))
+    same = [attrs.evolve(d, version="2.0") if d.name == "helper" else d for d in host.distributions]
+    assert any(isinstance(d, Distribution) for d in same)
+    plan = make_plan(project.loaded(), project.lock(), attrs.evolve(host, distributions=same), None)
+    assert plan.shadows == []
+    lines = _plan_lines(plan)
+    assert "overlay shadows these host packages:" not in lines
+    assert "overlay also carries, at the host's own version: helper 2.0" in lines
+
+
 def test_cached_and_unpacked_are_reported(project: Project, tmp_path: Path) -> None:
     host = host_snapshot(fake_host_site(tmp_path))
     shas = frozenset(

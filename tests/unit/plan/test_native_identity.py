@@ -88,3 +88,21 @@ def test_metadata_mismatch_is_refused_after_fetching(tmp_path: Path) -> None:
     )
     assert result.code == 2 and "$.native.name" in result.err, result.text
     assert not (where.root / "current.json").exists()
+
+
+def test_an_edited_native_sha256_in_the_lock_is_quoted_as_the_lock_has_it(tmp_path: Path) -> None:
+    """The lock's native sha256 edited by hand: apply's error quotes the lock's (bad) value at
+    its ``$.path``, and the profile's as what it should be; nothing is written."""
+    project = standard_project(tmp_path / "proj")
+    good = sha256_of(project.dir / "wheels" / "nativepkg-1.0-py3-none-any.whl")
+    bad = "b" + good[1:] if good[0] != "b" else "c" + good[1:]
+    text = project.lock_path.read_text()
+    project.lock_path.write_text(
+        text.replace(f'hashes = {{sha256 = "{good}"}}', f'hashes = {{sha256 = "{bad}"}}')
+    )
+    where = locations(tmp_path)
+    result = run_cli(["apply", str(project.profile_path), *_paths(where)])
+    assert result.code == 2, result.text
+    assert f"has sha256 {bad}; the profile pins {good}" in result.err
+    assert f"{project.lock_path}: $.packages[1].wheels[0].hashes.sha256: is {bad}" in result.err
+    assert not where.root.exists()

@@ -281,10 +281,11 @@ def test_manifest_topology_disagrees_with_files(tmp_path: Path) -> None:
             '"pipeline_parallel_size": 1, "pattern": "p", "files": [], "extra": 1}',
             "$.tensor_parallel_size: 0 is out of range",
         ),
-        (
-            '{"schema": 1, "kind": "kvenv-shards", "tensor_parallel_size": 1, '
-            '"pipeline_parallel_size": 1, "pattern": "p", "files": [], "extra": 1}',
-            "unknown key(s): extra",
+        (  # a newer format is refused; an unknown key alone is ignored (docs/compatibility.md)
+            '{"schema": 2, "kvenv_version": "9.0.0", "kind": "kvenv-shards", '
+            '"tensor_parallel_size": 1, "pipeline_parallel_size": 1, "pattern": "p", '
+            '"files": [], "extra": 1}',
+            "$.schema: written by kvenv 9.0.0 (format 2); this kvenv reads up to 1: upgrade kvenv",
         ),
     ],
 )
