@@ -81,7 +81,7 @@ def test_the_single_file_applies_activates_and_verifies_offline_without_kvenv(
     assert "applied demo: generation " in applied.stdout
     assert f"host python: {python} (from --python)" in applied.stdout
     assert f"{pyz} activate --root {root}" in applied.stdout  # the fix runs the file again
-    assert applied.stdout.count("not linked") == 1  # one summary note, not one per package
+    assert applied.stdout.count("not copied") == 1  # one summary note, not one per package
     cache = tmp_path / "home" / ".cache" / "kvenv"
     assert len(list(cache.glob("artifacts-v1/sha256/*/*/*.whl"))) == 2  # streamed, checked
 
