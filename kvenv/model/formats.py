@@ -1,10 +1,11 @@
 """The format version of every file kvenv writes, and the one refusal of a newer one.
 
 Each file kvenv writes for later carries a format version (``schema``) and, since kvenv 0.2,
-the version of the kvenv that wrote it. A reader ignores keys it does not know within a format
-version it reads (:data:`kvenv.model.convert.lenient_converter`) and refuses a format version
-above its own with "written by kvenv X (format N); this kvenv reads up to M: upgrade kvenv"
-(exit 2, the file and ``$.path`` named). Profiles are not here: they are written by hand, and
+the version of the kvenv that wrote it (host snapshots aside: they stay reproducible). A
+reader ignores keys it does not know within a format version it reads
+(:data:`kvenv.model.convert.lenient_converter`) and refuses a format version above its own
+with "written by kvenv X (format N); this kvenv reads up to M: upgrade kvenv" (exit 2, the
+file and ``$.path`` named). Profiles are not here: they are written by hand, and
 an unknown key there is a typo to catch. See docs/compatibility.md.
 
 Standard library and :mod:`kvenv.errors` only: the pointer is read on start-up paths.
