@@ -69,10 +69,10 @@ def register(sub: Any) -> None:
         parser.add_argument("--json", action="store_true", help="machine-readable output")
         parser.add_argument("--format", choices=("text", "markdown"), default="text",
                             help="how to print the lock's changes")  # fmt: skip
-        parser.set_defaults(func=run, verb=verb)
+        parser.set_defaults(func=cmd_edit, verb=verb)
 
 
-def run(args: argparse.Namespace) -> int:
+def cmd_edit(args: argparse.Namespace) -> int:
     from kvenv.model.loading import load_profile
     from kvenv.model.profileedit import edit_profile, editable_path
 

@@ -30,7 +30,7 @@ from typing import Literal
 import attrs
 
 from kvenv.env.placecheck import SYSTEM_DIRS
-from kvenv.env.root import POINTER_NAME, RootLock, _is_generation_id, is_owned
+from kvenv.env.root import OWN_NAMES, POINTER_NAME, RootLock, _is_generation_id, is_owned
 from kvenv.env.rootfiles import GENERATIONS
 from kvenv.env.seal import remove_sealed
 from kvenv.errors import ConflictError, InputError
@@ -45,8 +45,6 @@ ROOT_NAMES = (
     "activate.ps1",
     LOCK_NAME + ".owner",
 )
-# What marks a root as kvenv's: removed last, and only with the root itself.
-OWN_NAMES = (ROOT_MARKER, LOCK_NAME, LOCK_NAME + ".owner")
 CACHE_NAMES = ("store", "artifacts-v1")
 Action = Literal["remove", "absent", "preserve", "keep"]
 NESTED_ROOT = f"another runtime root (it has its own {ROOT_MARKER}): not kvenv's to remove"
@@ -287,7 +285,8 @@ def _remove(plan: ResetPlan) -> list[str]:
             with contextlib.suppress(OSError):  # only when empty: what is kept stays, and its dir
                 generations.rmdir()
         rest = {p.name for p in root.iterdir()}
-        if rest <= set(OWN_NAMES):  # nothing kept: the root goes, with its marker and lock
+        # What marks a root as kvenv's goes last, and only with the root itself.
+        if rest <= OWN_NAMES:  # nothing kept: the root goes, with its marker and lock
             for name in rest:
                 (root / name).unlink()
             root.rmdir()

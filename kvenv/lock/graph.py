@@ -24,7 +24,7 @@ __all__ = [
     "ROOT",
     "Edge",
     "LockGraph",
-    "Node",
+    "PackageNode",
     "TreeNode",
     "build_graph",
     "chains",
@@ -40,7 +40,7 @@ Evaluate = Callable[[str | None, frozenset[str]], bool]
 
 
 @attrs.frozen
-class Node:
+class PackageNode:
     """A package of the graph: locked (with its version), the native wheel, a host package
     (``version``: the host's when known; ``protected``) or a waived name (``reason``)."""
 
@@ -76,7 +76,7 @@ class Edge:
 class LockGraph:
     """Nodes by normalised name; each node's outgoing edges, in a stable order."""
 
-    nodes: Mapping[str, Node]
+    nodes: Mapping[str, PackageNode]
     edges: Mapping[str, tuple[Edge, ...]]
 
     def children(self, name: str) -> tuple[Edge, ...]:
@@ -124,10 +124,10 @@ def build_graph(
     protected_set = {canonicalize_name(p) for p in protected}
     waived = {canonicalize_name(k): v for k, v in (waivers or {}).items()}
     host = {canonicalize_name(k): v for k, v in (host_versions or {}).items()}
-    nodes: dict[str, Node] = {}
+    nodes: dict[str, PackageNode] = {}
     for key, package in locked.items():
         kind: NodeKind = "native" if package.native else "locked"
-        nodes[key] = Node(key, kind, package.version)
+        nodes[key] = PackageNode(key, kind, package.version)
     edges: dict[str, list[Edge]] = {}
 
     def target(name: str) -> tuple[str, EdgeKind]:
@@ -135,9 +135,9 @@ def build_graph(
         if key in locked:
             return key, "locked"
         if key in waived:
-            nodes.setdefault(key, Node(key, "waived", reason=waived[key]))
+            nodes.setdefault(key, PackageNode(key, "waived", reason=waived[key]))
             return key, "waived"
-        nodes.setdefault(key, Node(key, "host", host.get(key), protected=key in protected_set))
+        nodes.setdefault(key, PackageNode(key, "host", host.get(key), protected=key in protected_set))
         return key, "host"
 
     def add(parent: str, child: str, requirement: str, kind: EdgeKind) -> None:
@@ -258,7 +258,7 @@ class TreeNode:
     """One line of a tree: the node, the edge that led to it (None at the top), its
     children; ``repeated``: its subtree was drawn above (not drawn again)."""
 
-    node: Node
+    node: PackageNode
     edge: Edge | None
     children: tuple[TreeNode, ...] = ()
     repeated: bool = False
