@@ -17,12 +17,11 @@ import os, subprocess, sys
 from pathlib import Path
 
 from kvenv.model.places import default_cache_dir, user_data_dir
-from tests.support.hermetic import real_home
+from tests.support.hermetic import kvenv_variables, real_home
 
 
 def test_writes_go_to_the_session_home():
-    assert not any(k.startswith("KVENV_") and "E2E" not in k and "RUNTIME" not in k
-                   for k in os.environ), sorted(os.environ)
+    assert not kvenv_variables(os.environ), sorted(os.environ)
     assert Path.home() != real_home()
     cache = default_cache_dir()
     cache.mkdir(parents=True)
@@ -105,3 +104,10 @@ def test_a_session_that_writes_into_the_real_home_fails(tmp_path: Path) -> None:
     assert "3 passed" in done.stdout, done.stdout
     assert "HOME GUARD" in done.stdout, done.stdout
     assert f"{home / '.cache' / 'kvenv'}: written by the tests" in done.stdout, done.stdout
+
+
+def test_the_check_can_be_skipped_but_the_home_stays_temporary(tmp_path: Path) -> None:
+    done, home = _inner_session(tmp_path, INNER_LEAK="1", KVENV_TEST_HOME_GUARD="0")
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "HOME GUARD" not in done.stdout
+    assert _listing(home) == [".cache", ".cache/kvenv", ".cache/kvenv/memo-v1"]  # the leak only
