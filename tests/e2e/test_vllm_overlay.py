@@ -287,6 +287,7 @@ def test_4_apply_and_activate(host: Host) -> None:
     assert len(warnings) == sum(map(len, waived.values())) + len(manifest["conflicts"])
     out = _in_new_shell(host, "python -c " + shlex.quote(PROBE), step="4 import in new shell")
     facts = json.loads(out.strip().splitlines()[-1])
+    print(f"\nin the activated shell: {json.dumps(facts, indent=2)}")
     assert facts["vllm_version"].startswith(VLLM_VERSION), facts
     assert Path(facts["vllm"]).resolve().is_relative_to(host.root.resolve()), facts
     assert facts["torch_version"] == f"{TORCH_VERSION}+cpu", facts
