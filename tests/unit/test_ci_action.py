@@ -290,3 +290,15 @@ def test_the_install_step_puts_only_kvenv_on_path(tmp_path: Path) -> None:
     check = runner.run(CHECK, project)
     assert check.returncode == 0, check.stdout + check.stderr
     assert "is valid, complete and current (2 packages)" in check.stdout
+
+
+def test_a_failing_install_is_annotated_and_ends_the_step(tmp_path: Path) -> None:
+    env = _env(tmp_path)
+    env["PATH"] = "/usr/bin:/bin"
+    runner = Runner(tmp_path / "job", env, {"python-version": ""})
+    runner.outputs["python"] = {"python-path": str(tmp_path / "no-such-python")}
+    done = runner.run("Install kvenv", tmp_path, GITHUB_ACTION_PATH=str(tmp_path))
+    assert done.returncode == 127, done.stdout + done.stderr
+    assert "::error title=kvenv action::installing kvenv: " in done.stdout
+    assert "no-such-python -m venv" in done.stdout and "failed with exit 127" in done.stdout
+    assert runner.added_paths() == []
