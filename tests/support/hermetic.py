@@ -33,6 +33,7 @@ from __future__ import annotations
 import os
 import pwd
 import shutil
+import site
 import sys
 import tempfile
 from collections.abc import Iterator, Mapping
@@ -181,6 +182,7 @@ def pytest_configure(config: pytest.Config) -> None:
         del os.environ[name]
     if os.environ.get("KVENV_TEST_USER_CACHE"):  # opt out: keep the given home and XDG dirs
         return
+    site.getusersitepackages()  # cached from the real home: the host guard checks that one
     base = tempfile.mkdtemp(prefix="kvenv-tests-")
     _MADE.append(base)
     os.environ.update(temporary_home(Path(base)))
