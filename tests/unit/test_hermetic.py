@@ -33,6 +33,8 @@ def test_writes_go_to_the_session_home():
             "(p / 't').write_text('x')")
     env = {"PATH": os.environ["PATH"], "HOME": os.environ["HOME"]}
     subprocess.run([sys.executable, "-c", code], env=env, check=True)
+    # the user's pip configuration, copied: pip picks the same wheels as outside the tests
+    assert (Path.home() / ".config/pip/pip.conf").read_text() == "[global]\\nfind-links = /w\\n"
     os.environ["KVENV_ROOT"] = "/nowhere"  # not through monkeypatch: the next test must not see it
 
 
@@ -56,6 +58,8 @@ def _inner_session(tmp_path: Path, **extra: str) -> tuple[subprocess.CompletedPr
     (project / "test_inner.py").write_text(INNER_TEST, encoding="utf-8")
     home = tmp_path / "real-home"
     (home / ".cache").mkdir(parents=True)
+    (home / ".config" / "pip").mkdir(parents=True)
+    (home / ".config" / "pip" / "pip.conf").write_text("[global]\nfind-links = /w\n")
     env = {
         "PATH": os.environ["PATH"],
         "HOME": str(home),
@@ -94,7 +98,8 @@ def test_a_session_leaves_the_real_home_as_it_was(tmp_path: Path) -> None:
     done, home = _inner_session(tmp_path)
     assert done.returncode == 0, done.stdout + done.stderr
     assert "3 passed" in done.stdout, done.stdout
-    assert _listing(home) == [".cache"]  # the user's KVENV_CACHE_DIR and XDG_CACHE_HOME unused
+    # the user's KVENV_CACHE_DIR and XDG_CACHE_HOME unused
+    assert _listing(home) == [".cache", ".config", ".config/pip", ".config/pip/pip.conf"]
     assert not (tmp_path / "user-root").exists()
 
 
@@ -110,4 +115,7 @@ def test_the_check_can_be_skipped_but_the_home_stays_temporary(tmp_path: Path) -
     done, home = _inner_session(tmp_path, INNER_LEAK="1", KVENV_TEST_HOME_GUARD="0")
     assert done.returncode == 0, done.stdout + done.stderr
     assert "HOME GUARD" not in done.stdout
-    assert _listing(home) == [".cache", ".cache/kvenv", ".cache/kvenv/memo-v1"]  # the leak only
+    leak = [".cache/kvenv", ".cache/kvenv/memo-v1"]  # the leak only
+    assert _listing(home) == sorted(
+        [".cache", ".config", ".config/pip", ".config/pip/pip.conf", *leak]
+    )
