@@ -20,6 +20,7 @@ from typing import Any
 
 import pytest
 
+from kvenv._util import tomlio
 from tests.support.paths import REPO
 from tests.support.wheelhouse import copy_checkout, repack_installed
 from tests.support.wheels import build_wheel
@@ -259,7 +260,8 @@ def test_the_install_step_puts_only_kvenv_on_path(tmp_path: Path) -> None:
     _demo_project(project, env)
     house = tmp_path / "wheelhouse"
     runtime = [r for r in metadata.requires("kvenv-overlay") or () if "extra ==" not in r]
-    repack_installed([*runtime, "hatchling>=1.25"], house)
+    build = tomlio.read(REPO / "pyproject.toml")["build-system"]["requires"]
+    repack_installed([*runtime, *build], house)
     source = tmp_path / "action"
     copy_checkout(source)
     # the runner's python3: this interpreter's base (a venv of a venv would do as well)
