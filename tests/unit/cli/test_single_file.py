@@ -21,6 +21,7 @@ from pathlib import Path
 import pytest
 
 from tests.support.demo import KVENV, clean_env, demo_project, netns_works
+from tests.support.hermetic import real_home
 
 pytestmark = pytest.mark.skipif(
     not netns_works(), reason="needs `unshare -rnm` (a user, network and mount namespace)"
@@ -198,7 +199,7 @@ def _other_python(version: str) -> str | None:
     """The executable of another CPython ``version`` on this machine (on PATH, or one that
     pyenv installed), if there is one."""
     candidates = [shutil.which(f"python{version}")]
-    candidates += sorted(Path.home().glob(f".pyenv/versions/{version}.*/bin/python{version}"))
+    candidates += sorted(real_home().glob(f".pyenv/versions/{version}.*/bin/python{version}"))
     for found in candidates:
         if found is None:
             continue

@@ -15,6 +15,7 @@ import pytest
 import tomllib
 
 from kvenv.cli import main
+from tests.support.hermetic import real_home
 from tests.support.lockenv import write_project
 
 pytestmark = pytest.mark.network
@@ -26,7 +27,7 @@ REQUIRES = ["pyyaml>=6", 'six; python_version > "3.11"', "markupsafe", "requests
 def _python312() -> str | None:
     candidates = [
         shutil.which("python3.12"),
-        *sorted(str(p) for p in Path.home().glob(".pyenv/versions/3.12*/bin/python3.12")),
+        *sorted(str(p) for p in real_home().glob(".pyenv/versions/3.12*/bin/python3.12")),
     ]
     for candidate in candidates:
         if not candidate:
