@@ -251,15 +251,17 @@ def _package(
 
 
 def dumps_lock(document: Mapping[str, Any]) -> str:
-    """Deterministic TOML text of a lock document (validated first), stamped with this
-    kvenv's version and the digests that let ``lock --check`` catch a hand edit
-    (:mod:`kvenv.lock.digest`), computed over the document as a reader will parse it."""
+    """Deterministic TOML text of a lock document (validated first); a kvenv lock (one with
+    ``[tool.kvenv]``) stamped with this kvenv's version and the digests that let ``lock
+    --check`` catch a hand edit (:mod:`kvenv.lock.digest`), computed over the document as a
+    reader will parse it. An export (no ``[tool.kvenv]``) is written as it is."""
     try:
         Pylock.from_dict(document).validate()
     except PylockValidationError as exc:
         raise LockError(f"internal: produced an invalid pylock: {exc}") from None
     parsed = tomlio.loads(tomlio.dumps(dict(document)), file="<lock>")
-    digest.stamp_lock(parsed, __version__)
+    if isinstance(parsed.get("tool", {}).get("kvenv"), dict):  # not an export's plain pylock
+        digest.stamp_lock(parsed, __version__)
     return HEADER + tomlio.dumps(parsed)
 
 
