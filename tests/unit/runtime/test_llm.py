@@ -774,27 +774,135 @@ def test_the_worker_extension_is_passed_and_records_what_the_model_needs(
     assert mine.engine_kwargs["worker_extension_cls"] == "my.Ext"  # yours wins
 
 
-def test_emptied_weights_are_saved_from_the_source_or_refused_before_writing(
+def test_emptied_weights_are_saved_as_vllm_loads_them_or_refused_before_writing(
     vllm: Any, profile: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """vLLM's CPU build empties the prepacked linear weights: its own save would lack them."""
+    """vLLM's CPU build empties the prepacked linear weights: its own save would lack them, so
+    every rank's worker saves what vLLM's loader produces from the source (any TP size)."""
+    from tests.fake_vllm.vllm.entrypoints.llm import rank_state
+
     _with_extension_field(vllm, monkeypatch)
     source = _source_model(tmp_path / "source")
     llm = LLM(str(source), profile=profile, tensor_parallel_size=2, validate_gpus=False)
-    calls = _answering(llm, ["a.qkv_proj.weight", "b.norm.weight"], ["a.qkv_proj.weight"])
-    with pytest.raises(ShardError) as caught:
-        llm.save_sharded_model(tmp_path / "tp2")
-    assert str(caught.value).startswith("cannot save a complete sharded checkpoint: vLLM ")
-    assert "holds 1 of the model's 2 tensors empty" in str(caught.value)
-    assert "tensor_parallel_size=1" in (caught.value.hint or "")
-    assert not (tmp_path / "tp2").exists()  # refused before writing
-    assert [m for m, _ in calls] == ["kvenv_tensors"]  # vLLM's own save never ran
-
-    single = LLM(str(source), profile=profile, tensor_parallel_size=1)
-    calls = _answering(single, ["a.qkv_proj.weight"], ["a.qkv_proj.weight"])
-    with pytest.raises(KvenvError):  # the fake's workers have no such method: nothing kept
-        single.save_sharded_model(tmp_path / "single")
-    assert [m for m, _ in calls] == ["kvenv_tensors", "kvenv_save_from_source"]
+    required = sorted(rank_state(2, 0, 1, 0, "float16"))
+    emptied = [n for n in required if n.endswith("qkv_proj.weight")]
+    calls = _answering(llm, required, emptied)
+    inspection = llm.save_sharded_model(tmp_path / "tp2")
+    assert [m for m, _ in calls] == ["kvenv_tensors", "kvenv_save_loaded"]  # not vLLM's save
     _, pattern, _, model = calls[1][1]
     assert (pattern, model) == (TP_ONLY_PATTERN, str(source.absolute()))
-    assert not (tmp_path / "single").exists()
+    assert llm.saved_from_source
+    assert (inspection.rank_count, inspection.verdict) == (2, "valid")
+    assert llm.reload_outcome is not None and llm.reload_outcome.status == "same"
+
+    pp = LLM(str(source), profile=profile, pipeline_parallel_size=2, validate_gpus=False)
+    calls = _answering(pp, required, emptied)
+    with pytest.raises(ShardError) as caught:
+        pp.save_sharded_model(tmp_path / "pp2")
+    assert str(caught.value).startswith("cannot save a complete sharded checkpoint: vLLM ")
+    assert "holds 4 of the model's 23 tensors empty" in str(caught.value)
+    assert "pipeline_parallel_size=1" in (caught.value.hint or "")
+    assert not (tmp_path / "pp2").exists()  # refused before writing
+    assert [m for m, _ in calls] == ["kvenv_tensors"]
+
+
+def test_a_save_that_reloads_differently_is_removed(
+    vllm: Any, profile: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The reload check runs in a fresh process (the fake's sharded_state load generates other
+    tokens here): nothing is kept, and the error says what differs."""
+    from tests.fake_vllm.vllm.entrypoints.llm import rank_state
+
+    _with_extension_field(vllm, monkeypatch)
+    source = _source_model(tmp_path / "source")
+    llm = LLM(str(source), profile=profile, tensor_parallel_size=1)
+    _answering(llm, sorted(rank_state(1, 0, 1, 0, "float16")), ["lm_head.weight"])
+    monkeypatch.setenv("FAKE_VLLM_RELOAD_DIFFERS", "1")
+    with pytest.raises(ShardError) as caught:
+        llm.save_sharded_model(tmp_path / "out")
+    message = str(caught.value)
+    assert message.startswith(f"refusing the sharded checkpoint saved to {tmp_path / 'out'}: ")
+    assert "the reloaded checkpoint generates other tokens from token 0 on" in message
+    assert "no saved tensor differs from what vLLM loads" in message  # the fake's files are right
+    assert not (tmp_path / "out").exists()
+
+
+def test_without_the_reload_check_it_is_not_called_valid(
+    vllm: Any, profile: str, tmp_path: Path
+) -> None:
+    llm = LLM(str(_source_model(tmp_path / "source")), profile=profile)
+    inspection = llm.save_sharded_model(tmp_path / "out", reload_check=False)
+    assert inspection.valid and inspection.verdict == "completeness unknown"  # no extension
+    manifest = json.loads((tmp_path / "out" / SHARD_MANIFEST_NAME).read_text())
+    assert manifest["reload_check"] == {"status": "not-checked", "detail": "reload_check=False"}
+
+
+def test_a_reload_that_cannot_run_is_recorded_as_not_checked(
+    vllm: Any, profile: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from tests.fake_vllm.vllm.entrypoints.llm import rank_state
+
+    _with_extension_field(vllm, monkeypatch)
+    llm = LLM(str(_source_model(tmp_path / "source")), profile=profile)
+    _answering(llm, sorted(rank_state(1, 0, 1, 0, "float16")), [])
+    llm.reload_timeout = 0.01
+    inspection = llm.save_sharded_model(tmp_path / "out")
+    assert inspection.valid and inspection.complete
+    assert inspection.verdict == "not reload-checked"
+    assert inspection.manifest is not None and inspection.manifest.reload_check is not None
+    assert inspection.manifest.reload_check.detail == "the reload did not finish in 0 s"
+
+
+def test_inspect_shards_reload_check_names_the_corrupted_tensor(
+    vllm: Any,
+    profile: str,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """A checkpoint whose files agree with its manifest but hold a wrong tensor (as a wrong save
+    would): `inspect-shards --verify` passes it, `--reload-check` refuses it and names it."""
+    import numpy as np
+    from safetensors.numpy import load_file, save_file
+
+    from kvenv.cli import main
+    from kvenv.runtime.shards import build_shard_manifest, read_shard_manifest, write_shard_manifest
+    from tests.fake_vllm.vllm.entrypoints.llm import rank_state
+
+    monkeypatch.setenv("FAKE_VLLM_WORKER_EXTENSION", "1")
+    _with_extension_field(vllm, monkeypatch)
+    llm = LLM(str(_source_model(tmp_path / "source")), profile=profile, tensor_parallel_size=1)
+    _answering(llm, sorted(rank_state(1, 0, 1, 0, "float16")), ["lm_head.weight"])
+    saved = tmp_path / "saved"
+    assert llm.save_sharded_model(saved).verdict == "valid"
+    args = ["inspect-shards", str(saved), "--profile", profile]
+    assert main([*args, "--strict", "--reload-check"]) == 0
+    assert "reload check: same: reloaded in a fresh process" in capsys.readouterr().out
+
+    shard = saved / "model-rank-0-part-0.safetensors"
+    tensors = load_file(str(shard))
+    name = "model.layers.1.self_attn.o_proj.weight"
+    tensors[name] = (tensors[name] * np.float16(-1)).astype(np.float16)
+    save_file(tensors, str(shard))
+    old = read_shard_manifest(saved / SHARD_MANIFEST_NAME)
+    fields = {k: getattr(old, k) for k in ("vllm_version", "dtype", "quantization")}
+    rebuilt = build_shard_manifest(
+        saved,
+        tensor_parallel_size=1,
+        pipeline_parallel_size=1,
+        pattern=old.pattern,
+        source_model=old.source_model,
+        required_tensors=old.required_tensors,
+        reload_check=old.reload_check,
+        **fields,
+    )
+    write_shard_manifest(saved, rebuilt)
+    code = main([*args, "--verify"])
+    captured = capsys.readouterr()
+    assert code == 0, captured.out + captured.err + str(sorted(p.name for p in saved.iterdir()))
+    assert "sizes and sha256 verified" in captured.out
+    assert main([*args, "--reload-check"]) == 1
+    captured = capsys.readouterr()
+    assert f"{saved}: INVALID" in captured.out
+    assert "reload check: different: the reloaded checkpoint generates other tokens" in captured.err
+    assert f"first differing tensor: {name} in model-rank-0-part-0.safetensors" in captured.err
