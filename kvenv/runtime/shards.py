@@ -629,8 +629,8 @@ def _topology(
             f"checkpoint has {_count(ranks, 'rank')} (saved with tensor_parallel_size={ranks}) "
             f"but tensor_parallel_size={expected_tp} was requested; load it with "
             f"tensor_parallel_size={ranks}, or save it again from the source model at "
-            f"tensor_parallel_size={expected_tp} (on {expected_tp} GPUs, or with vLLM's CPU "
-            f"build on at least {expected_tp} CPU cores)"
+            f"tensor_parallel_size={expected_tp} (on {_count(expected_tp, 'GPU')}, or with "
+            f"vLLM's CPU build on at least {_count(expected_tp, 'CPU core')})"
             + (" (a smaller size would load silently wrong weights)" if expected_tp < ranks else "")
         )
     if expected_pp is not None:

