@@ -412,7 +412,17 @@ class LLM:
         expected = _probe(self.llm) if reload_check else None
         created = prepare_destination(destination)
         try:
-            save(os.fspath(destination.absolute()), pattern, max_size)
+            written = save(os.fspath(destination.absolute()), pattern, max_size)
+            required = tensors["required"] if tensors is not None else None
+            if (
+                loaded_from is not None
+                and isinstance(written, list)
+                and all(isinstance(names, list) for names in written)
+            ):
+                # what a fresh instance's filtered state dict holds, which is what vLLM's
+                # sharded_state loader asks for (aliases of one tensor, such as a MoE block's
+                # shared expert, count once; the running model's emptied ones cannot tell)
+                required = sorted({name for names in written for name in names})
             if source is not None:
                 copy_metadata(source.directory, destination, allow_links_into=source.links_into)
 
@@ -428,7 +438,7 @@ class LLM:
                         dtype=_text(self.engine_kwargs.get("dtype")),
                         quantization=_text(self.engine_kwargs.get("quantization")),
                         source_model=self.model,
-                        required_tensors=tensors["required"] if tensors is not None else None,
+                        required_tensors=required,
                         reload_check=record,
                     ),
                 )

@@ -162,7 +162,9 @@ class LLM:
         if extension and method == "kvenv_save_loaded":
             path, pattern, max_size, _source = args
             save_sharded_state(self.engine_args, path, pattern, max_size)
-            return [None]
+            tp, pp = self.engine_args.tensor_parallel_size, self.engine_args.pipeline_parallel_size
+            dtype = self.engine_args.dtype
+            return [sorted(rank_state(tp, r, pp, s, dtype)) for s in range(pp) for r in range(tp)]
         if extension and method == "kvenv_first_difference":
             return [_first_difference(self.engine_args, args[0])]
         if method != "save_sharded_state":
