@@ -100,3 +100,35 @@ def test_commands_are_registered(capsys: pytest.CaptureFixture[str]) -> None:
         main(["--help"])
     out = capsys.readouterr().out
     assert "inspect-shards" in out and "serve" in out
+
+
+def test_verify_says_what_it_checked(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """After hashing, the manifest line never says only "sizes checked"."""
+    from kvenv.runtime.shards import build_shard_manifest, write_shard_manifest
+
+    root = make_tp_checkpoint(tmp_path / "c", 1)
+    manifest = build_shard_manifest(
+        root,
+        tensor_parallel_size=1,
+        pipeline_parallel_size=1,
+        pattern="model-rank-{rank}-part-{part}.safetensors",
+        vllm_version="0.32.0",
+        dtype="float16",
+        quantization=None,
+        source_model=None,
+        required_tensors=None,
+    )
+    write_shard_manifest(root, manifest)
+    assert main(["inspect-shards", str(root)]) == 0
+    assert "(sizes checked)" in capsys.readouterr().out
+    assert main(["inspect-shards", str(root), "--verify"]) == 0
+    assert "(sizes and sha256 verified)" in capsys.readouterr().out
+    shard = root / "model-rank-0-part-0.safetensors"
+    data = bytearray(shard.read_bytes())
+    data[-1] ^= 0xFF  # same size, other bytes
+    shard.write_bytes(bytes(data))
+    assert main(["inspect-shards", str(root), "--verify"]) == 1
+    captured = capsys.readouterr()
+    assert "(sizes and sha256 checked: mismatch, see the errors below)" in captured.out
+    assert "sizes checked)" not in captured.out
+    assert "sha256 mismatch for model-rank-0-part-0.safetensors" in captured.err
