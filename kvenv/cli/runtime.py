@@ -16,7 +16,10 @@ def register(sub: Any) -> None:
         help="check a vLLM sharded_state checkpoint from its safetensors headers",
         description="Read every shard's safetensors header (never the tensor data) and check "
         "the layout, metadata files, kvenv-shards.json and the expected topology. "
-        "Exit 0 valid, 1 invalid, 2 bad input.",
+        "'valid' only when it is complete (kvenv-shards.json lists the tensors the model "
+        "needs) and reloaded to the same output (recorded at save, or --reload-check now); "
+        "otherwise 'completeness unknown' or 'not reload-checked'. Exit 0 (1 with --strict "
+        "unless valid), 1 invalid, 2 bad input.",
     )
     inspect.add_argument("path", help="the checkpoint directory")
     inspect.add_argument(
@@ -37,6 +40,29 @@ def register(sub: Any) -> None:
         "--verify",
         action="store_true",
         help="also check every sha256 recorded in kvenv-shards.json",
+    )
+    inspect.add_argument(
+        "--strict",
+        action="store_true",
+        help="exit 1 unless the verdict is 'valid' (complete and reload-checked)",
+    )
+    inspect.add_argument(
+        "--reload-check",
+        action="store_true",
+        help="reload it with vLLM (load_format=sharded_state, its saved topology) in a fresh "
+        "process and compare a probe with the output recorded at save, or with --source's",
+    )
+    inspect.add_argument(
+        "--source",
+        metavar="DIR",
+        help="with --reload-check: the model it was saved from (default: the one "
+        "kvenv-shards.json records, when it is a directory here), to compare with and to "
+        "name the first differing tensor",
+    )
+    inspect.add_argument(
+        "--profile",
+        help="with --reload-check: the profile whose applied runtime runs vLLM (default: the "
+        "active generation's, else $KVENV_PROFILE or the built-in default)",
     )
     inspect.add_argument("--json", action="store_true", help="print the result as JSON")
     inspect.set_defaults(func=run_inspect)
@@ -141,11 +167,29 @@ def run_inspect(args: argparse.Namespace) -> int:
         pipeline_parallel_size=args.pipeline_parallel_size,
         verify=args.verify,
     )
+    reload = None
+    if args.reload_check and result.valid:
+        from kvenv.runtime.reloadcheck import check_checkpoint
+        from kvenv.runtime.serve import host_interpreter
+
+        reload = check_checkpoint(
+            result, source=args.source, profile=args.profile, python=host_interpreter()
+        )
+        result = reload.inspection
     if args.json:
-        emit_json(result.to_json())
+        data = result.to_json()
+        if reload is not None:
+            data["reload_check_now"] = reload.to_json()
+        emit_json(data)
     else:
         _print_inspection(result)
-    return EXIT_OK if result.valid else EXIT_CHECK_FAILED
+        if reload is not None:
+            said = result.reloaded if isinstance(result.reloaded, str) else reload.outcome.detail
+            line = f"reload check: {reload.outcome.status}: {said}"
+            (out if reload.outcome.status == "same" else err)(line)
+    if not result.valid:
+        return EXIT_CHECK_FAILED
+    return EXIT_CHECK_FAILED if args.strict and result.verdict != "valid" else EXIT_OK
 
 
 def _size(count: int) -> str:
@@ -158,17 +202,20 @@ def _size(count: int) -> str:
 
 
 def _print_inspection(result: Any) -> None:
-    verdict = "valid" if result.valid else "INVALID"
-    out(f"{result.path}: {verdict}")
+    out(f"{result.path}: {result.verdict}")
     stages = f", {result.stage_count} pipeline stages" if result.pattern == "pp-tp" else ""
-    out(f"  topology: {result.rank_count} tensor-parallel rank(s){stages}")
+    ranks = f"{result.rank_count} tensor-parallel rank" + ("" if result.rank_count == 1 else "s")
+    out(f"  topology: {ranks}{stages}")
     out(
         f"  {len(result.shards)} shard file(s), {_size(result.total_size)}, "
         f"{result.tensor_count} tensors"
     )
     for shard in result.shards:
         stage = f"stage {shard.stage} " if result.pattern == "pp-tp" else ""
-        dtypes = ", ".join(f"{k} {_size(v)}" for k, v in shard.dtypes.items()) or "empty"
+        if shard.tensor_count is None:
+            dtypes = "unreadable: see the error below"
+        else:
+            dtypes = ", ".join(f"{k} {_size(v)}" for k, v in shard.dtypes.items()) or "no tensors"
         out(
             f"    {stage}rank {shard.rank} part {shard.part}: {shard.name} "
             f"({_size(shard.size)}; {dtypes})"
@@ -177,7 +224,12 @@ def _print_inspection(result: Any) -> None:
         out(f"  metadata: {', '.join(result.metadata_files)}")
     if result.manifest is not None:
         m = result.manifest
-        checked = "sizes and sha256 verified" if result.verified else "sizes checked"
+        if result.verified:
+            checked = "sizes and sha256 verified"
+        elif result.verify_requested:
+            checked = "sizes and sha256 checked: mismatch, see the errors below"
+        else:
+            checked = "sizes checked"
         out(
             f"  manifest: TP {m.tensor_parallel_size}, PP {m.pipeline_parallel_size}, "
             f"vLLM {m.vllm_version or '?'}, dtype {m.dtype or '?'} ({checked})"
@@ -185,6 +237,20 @@ def _print_inspection(result: Any) -> None:
         if m.required_tensors is not None:
             held = len(m.required_tensors) - len(result.missing_tensors)
             out(f"  complete: {held} of the {len(m.required_tensors)} tensors the model needs")
+        else:
+            out("  completeness unknown: kvenv-shards.json does not list the tensors it needs")
+        record = m.reload_check
+        if record is None:
+            out("  not reload-checked: nothing recorded (--reload-check reloads it now)")
+        elif record.status == "same":
+            out(f"  reload-checked at save (vLLM {record.vllm_version or '?'}): {record.detail}")
+        else:
+            out(f"  not reload-checked at save: {record.detail}")
+    else:
+        out(
+            "  completeness unknown: no kvenv-shards.json (not saved through kvenv); "
+            "--reload-check reloads it"
+        )
     if result.missing_tensors:
         err(f"error: {result.missing_text()}")
     for missing in result.missing_metadata:

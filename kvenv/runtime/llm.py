@@ -25,6 +25,7 @@ import attrs
 from packaging.version import Version
 
 import kvenv.runtime.gpus as gpus
+import kvenv.runtime.reloadcheck as reloadcheck
 import kvenv.runtime.shardsave as shardsave
 import kvenv.runtime.vllmbuild as vllmbuild
 from kvenv._util.versions import parse_version
@@ -34,6 +35,7 @@ from kvenv.runtime.shards import (
     SHARD_MANIFEST_NAME,
     TP_ONLY_PATTERN,
     WEIGHT_SUFFIXES,
+    ReloadRecord,
     ShardInspection,
     build_shard_manifest,
     inspect_shards,
@@ -43,6 +45,8 @@ from kvenv.runtime.shards import (
 KAGGLE_PROFILE = "kaggle-t4x2-cu128"
 DEFAULT_MAX_SHARD_SIZE = 2 * 1024**3
 ATTENTION_ENV = "VLLM_ATTENTION_BACKEND"
+# vLLM's CPU build: which CPUs each rank's OpenMP threads use ("0|1": rank 0 on CPU 0, rank 1 on 1)
+BIND_ENV = "VLLM_CPU_OMP_THREADS_BIND"
 # The keywords kvenv consumes itself, whatever the installed vLLM accepts.
 _OWN_KEYWORDS = frozenset({"attention_backend"})
 # From this vLLM on, pipeline stages get their own file names (model-pp-S-tp-R-part-P).
@@ -292,7 +296,8 @@ class LLM:
         ray_address: str | None = None,
         **kwargs: Any,
     ) -> None:
-        defaults = runtime_defaults(profile if profile is not None else self.default_profile)
+        self.profile_ref = profile if profile is not None else self.default_profile
+        defaults = runtime_defaults(self.profile_ref)
         self.profile: str | None = defaults.profile
         vllm = import_vllm(profile if profile is not None else self.default_profile)
         self.vllm_version: str = str(getattr(vllm, "__version__", "unknown"))
@@ -339,12 +344,23 @@ class LLM:
                 os.environ[key] = value
             else:
                 os.environ.setdefault(key, value)
+        ranks = tp * pp
+        self.cpu_threads_bind: str | None = None  # what kvenv set, if it set anything
+        if self.vllm_build.cpu and ranks > 1 and BIND_ENV not in os.environ:
+            bind = cpu_threads_bind(ranks, sorted(os.sched_getaffinity(0)))
+            if bind is not None:
+                os.environ[BIND_ENV] = self.cpu_threads_bind = bind
         self.engine_kwargs: dict[str, Any] = dict(engine)
-        self.saved_from_source = False  # save_sharded_model read emptied tensors from the source
+        # save_sharded_model saved what vLLM's loader produces from the source (emptied weights)
+        self.saved_from_source = False
+        self.reload_timeout: float = reloadcheck.DEFAULT_TIMEOUT
+        self.reload_outcome: reloadcheck.ReloadOutcome | None = None
         try:
             self.llm: Any = vllm.LLM(model=self.model, **engine)
-        except RuntimeError as exc:
-            if not _DEVICE_FAILURE.search(str(exc)):
+        except Exception as exc:
+            if self.vllm_build.cpu and ranks > 1:
+                raise _cpu_ranks_failure(exc, ranks, self.vllm_version) from exc
+            if not isinstance(exc, RuntimeError) or not _DEVICE_FAILURE.search(str(exc)):
                 raise
             raise RuntimeNotReady(
                 f"vLLM {self.vllm_version} could not start: it found no usable GPU "
@@ -365,13 +381,19 @@ class LLM:
         *,
         max_size: int | None = DEFAULT_MAX_SHARD_SIZE,
         metadata_source: str | os.PathLike[str] | None = None,
+        reload_check: bool = True,
     ) -> ShardInspection:
-        """Save the loaded weights as a ``sharded_state`` checkpoint in ``path`` and inspect it.
+        """Save the loaded weights as a ``sharded_state`` checkpoint in ``path``, prove it and
+        inspect it.
 
         ``path`` must not exist or be an empty directory, and must not be reached through a
         link. The source model's non-weight files (config, tokenizer, ...) are copied from
         ``metadata_source`` or the model directory (or its Hugging Face cache snapshot), then
-        ``kvenv-shards.json`` records the topology and every file's size and sha256.
+        ``kvenv-shards.json`` records the topology and every file's size and sha256. With
+        ``reload_check`` (the default) the checkpoint is reloaded in a fresh process at the same
+        topology (:mod:`kvenv.runtime.reloadcheck`): a probe that generates differently removes
+        it and raises :class:`ShardError` naming the first differing tensor; a reload that
+        cannot run is recorded as "not reload-checked" (``self.reload_outcome`` says why).
         """
         if max_size is not None:
             _positive("max_size", max_size)
@@ -389,27 +411,46 @@ class LLM:
         source = _metadata_source(self.model, metadata_source, self.engine_kwargs.get("revision"))
         tensors = self._worker_tensors()
         save = save_route(self.llm)
+        loaded_from: str | None = None
         if (tensors is not None and tensors["emptied"]) or (
             tensors is None and self.vllm_build.cpu
         ):
-            save = self._save_from_source(tensors, tp, pp)  # or refuse before writing
+            save, loaded_from = self._save_loaded(tensors, pp)  # or refuse before writing
+        expected = _probe(self.llm) if reload_check else None
         created = prepare_destination(destination)
         try:
-            save(os.fspath(destination.absolute()), pattern, max_size)
+            written = save(os.fspath(destination.absolute()), pattern, max_size)
+            required = tensors["required"] if tensors is not None else None
+            if (
+                loaded_from is not None
+                and isinstance(written, list)
+                and all(isinstance(names, list) for names in written)
+            ):
+                # what a fresh instance's filtered state dict holds, which is what vLLM's
+                # sharded_state loader asks for (aliases of one tensor, such as a MoE block's
+                # shared expert, count once; the running model's emptied ones cannot tell)
+                required = sorted({name for names in written for name in names})
             if source is not None:
                 copy_metadata(source.directory, destination, allow_links_into=source.links_into)
-            manifest = build_shard_manifest(
-                destination,
-                tensor_parallel_size=tp,
-                pipeline_parallel_size=pp,
-                pattern=pattern,
-                vllm_version=self.vllm_version,
-                dtype=_text(self.engine_kwargs.get("dtype")),
-                quantization=_text(self.engine_kwargs.get("quantization")),
-                source_model=self.model,
-                required_tensors=tensors["required"] if tensors is not None else None,
-            )
-            write_shard_manifest(destination, manifest)
+
+            def manifest(record: ReloadRecord | None) -> None:
+                write_shard_manifest(
+                    destination,
+                    build_shard_manifest(
+                        destination,
+                        tensor_parallel_size=tp,
+                        pipeline_parallel_size=pp,
+                        pattern=pattern,
+                        vllm_version=self.vllm_version,
+                        dtype=_text(self.engine_kwargs.get("dtype")),
+                        quantization=_text(self.engine_kwargs.get("quantization")),
+                        source_model=self.model,
+                        required_tensors=required,
+                        reload_check=record,
+                    ),
+                )
+
+            manifest(None)
             saved = inspect_shards(destination, tensor_parallel_size=tp, pipeline_parallel_size=pp)
             if saved.missing_tensors:
                 raise ShardError(
@@ -417,6 +458,11 @@ class LLM:
                     + saved.missing_text(),
                     hint="nothing was kept; this vLLM does not save complete sharded state",
                 )
+            if expected is None:
+                record = ReloadRecord("not-checked", "reload_check=False")
+            else:
+                record = self._reload_check(destination, expected, pattern, loaded_from)
+            manifest(record)
         except BaseException as exc:
             _undo(destination, created)
             if isinstance(exc, KvenvError) or not isinstance(exc, Exception):
@@ -428,6 +474,57 @@ class LLM:
             ) from exc
         return inspect_shards(destination, tensor_parallel_size=tp, pipeline_parallel_size=pp)
 
+    def _reload_check(
+        self, destination: Path, expected: reloadcheck.Probe, pattern: str, loaded_from: str | None
+    ) -> ReloadRecord:
+        """Reload the written checkpoint in a fresh process and compare its probe with this
+        engine's; raise (the caller removes the directory) when it differs."""
+        engine = {
+            k: v
+            for k, v in self.engine_kwargs.items()
+            if k not in ("load_format", "worker_extension_cls", "model_loader_extra_config")
+        }
+        source = loaded_from or (self.model if os.path.isdir(self.model) else None)
+        outcome = reloadcheck.run_reload(
+            destination,
+            engine=engine,
+            expected=expected,
+            source=os.fspath(Path(source).absolute()) if source else None,
+            profile=self.profile_ref,
+            timeout=self.reload_timeout,
+        )
+        self.reload_outcome = outcome
+        if outcome.status == "same":
+            return ReloadRecord(
+                "same",
+                outcome.detail,
+                vllm_version=self.vllm_version,
+                prompt=reloadcheck.PROBE_PROMPT,
+                token_ids=list(expected.token_ids),
+                logprobs=None if expected.logprobs is None else list(expected.logprobs),
+            )
+        if outcome.status == "not-checked":
+            return ReloadRecord("not-checked", outcome.detail, vllm_version=self.vllm_version)
+        difference = outcome.difference
+        if difference is None and source and self._has_extension():
+            answers = self.llm.collective_rpc(
+                "kvenv_first_difference",
+                args=(
+                    os.fspath(destination.absolute()),
+                    pattern,
+                    os.fspath(Path(source).absolute()),
+                ),
+            )
+            difference = next((a for a in answers if a), {})
+        raise ShardError(
+            f"refusing the sharded checkpoint saved to {destination}: {outcome.detail}; "
+            + reloadcheck.describe_difference(difference),
+            hint="nothing was kept; the save does not reproduce this engine's weights",
+        )
+
+    def _has_extension(self) -> bool:
+        return self.engine_kwargs.get("worker_extension_cls") == shardsave.EXTENSION
+
     def _worker_tensors(self) -> dict[str, list[str]] | None:
         """What the workers say the model needs and what they hold empty (None: this LLM
         was built without kvenv's worker extension; see kvenv.runtime.shardsave)."""
@@ -438,18 +535,19 @@ class LLM:
         emptied = sorted({n for a in answers for n in a["emptied"]})
         return {"required": required, "emptied": emptied}
 
-    def _save_from_source(
-        self, tensors: dict[str, list[str]] | None, tp: int, pp: int
-    ) -> SaveFunction:
+    def _save_loaded(
+        self, tensors: dict[str, list[str]] | None, pp: int
+    ) -> tuple[SaveFunction, str]:
         """Where vLLM's own save would be incomplete (weights processed away, as vLLM's CPU
-        build does): save from the source checkpoint when that is possible, else refuse
-        before anything is written."""
+        build does): save, in every rank's worker, the state vLLM's loader produces from the
+        source checkpoint (kvenv.runtime.shardsave) when that is possible, else refuse before
+        anything is written. Returns the save and the source directory."""
         what = f"vLLM {self.vllm_build.describe()}"
         if tensors is None:
             reason = (
                 f"{what} drops the linear layers' weights from a sharded_state save (it "
                 "prepacks them for its CPU kernels), and this LLM was built without kvenv's "
-                "worker extension, which could save them from the source"
+                "worker extension, which could save them as vLLM's loader produces them"
             )
         else:
             reason = (
@@ -461,8 +559,8 @@ class LLM:
         fixes = []
         if tensors is None:
             fixes.append("build the LLM without worker_extension_cls")
-        if tp * pp != 1:
-            fixes.append("save with tensor_parallel_size=1 and pipeline_parallel_size=1")
+        if pp != 1:
+            fixes.append("save with pipeline_parallel_size=1")
         if not (source.is_dir() and any(source.glob("*.safetensors"))):
             fixes.append("load the model from a local directory with its .safetensors files")
         if fixes:
@@ -473,13 +571,13 @@ class LLM:
         rpc = self.llm.collective_rpc
         model = os.fspath(source.absolute())
 
-        def from_source(path: str, pattern: str | None, max_size: int | None) -> object:
+        def loaded(path: str, pattern: str | None, max_size: int | None) -> object:
             return rpc(
-                "kvenv_save_from_source", args=(path, pattern or TP_ONLY_PATTERN, max_size, model)
+                "kvenv_save_loaded", args=(path, pattern or TP_ONLY_PATTERN, max_size, model)
             )
 
         self.saved_from_source = True
-        return from_source
+        return loaded, model
 
 
 class KaggleLLM(LLM):
@@ -504,6 +602,50 @@ def _cpu_fix(keywords: Keywords) -> str | None:
     if "device" in keywords.engine_fields or "device" in keywords.llm_parameters:
         return "pass device='cpu' if this vLLM was built with its CPU backend"
     return None
+
+
+def cpu_threads_bind(ranks: int, cpus: list[int]) -> str | None:
+    """``VLLM_CPU_OMP_THREADS_BIND`` for ``ranks`` CPU workers on the visible ``cpus``: as many
+    contiguous groups, one per rank, separated by ``|`` (``0|1``, ``0-3|4-7``); the CPUs left
+    over go unused. None: fewer CPUs than ranks."""
+    if ranks < 1 or len(cpus) < ranks:
+        return None
+    size = len(cpus) // ranks
+    groups = [cpus[i * size : (i + 1) * size] for i in range(ranks)]
+    return "|".join(_cpu_list(group) for group in groups)
+
+
+def _cpu_list(cpus: list[int]) -> str:
+    runs: list[str] = []
+    start = previous = cpus[0]
+    for cpu in [*cpus[1:], None]:
+        if cpu is not None and cpu == previous + 1:
+            previous = cpu
+            continue
+        runs.append(str(start) if start == previous else f"{start}-{previous}")
+        if cpu is not None:
+            start = previous = cpu
+    return ",".join(runs)
+
+
+def _cpu_ranks_failure(exc: Exception, ranks: int, version: str) -> KvenvError:
+    """vLLM's CPU build failed to start ``ranks`` workers: the error, with the thread binding
+    it needs (vLLM reports "Not enough allowed NUMA nodes to bind threads of N local
+    CPUWorkers" in the engine's log and raises a generic error here)."""
+    bind = os.environ.get(BIND_ENV)
+    return RuntimeNotReady(
+        f"vLLM {version} (CPU build) could not start {ranks} CPU workers: "
+        f"{type(exc).__name__}: {exc}",
+        hint=f"each CPU worker needs its own CPUs; by default vLLM binds one NUMA node per rank "
+        f"('Not enough allowed NUMA nodes to bind threads of {ranks} local CPUWorkers' in the "
+        f"log above). Set {BIND_ENV} to one CPU list per rank separated by '|' (e.g. "
+        f"'0|1' or '0-3|4-7'; now {bind!r}), with at least {ranks} visible CPUs "
+        f"(this process sees {len(os.sched_getaffinity(0))})",
+    )
+
+
+def _probe(llm: Any) -> reloadcheck.Probe:
+    return reloadcheck.probe(llm)
 
 
 def _text(value: object) -> str | None:

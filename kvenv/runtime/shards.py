@@ -32,9 +32,10 @@ PP_AND_TP_PATTERN = "model-pp-{pp_rank}-tp-{tp_rank}-part-{part}.safetensors"
 SHARD_MANIFEST_NAME = "kvenv-shards.json"
 HF_INDEX_NAME = "model.safetensors.index.json"
 _INCOMPLETE_FIX = (
-    "save it again with kvenv's LLM.save_sharded_model, which saves what vLLM's CPU build "
-    "processed away from the source checkpoint, or refuses"
+    "save it again with kvenv's LLM.save_sharded_model, which saves the weights vLLM's CPU "
+    "build processes away as vLLM's own loader produces them, and reload-checks the result"
 )
+_RELOAD_FIX = "save it again from the source model with kvenv's LLM.save_sharded_model"
 REQUIRED_METADATA: tuple[str, ...] = ("config.json", "tokenizer_config.json")
 WEIGHT_SUFFIXES: tuple[str, ...] = (".safetensors", ".bin", ".pt", ".pth")
 
@@ -56,6 +57,19 @@ class ManifestFile:
 
 
 @attrs.frozen
+class ReloadRecord:
+    """The reload check of a save (:mod:`kvenv.runtime.reloadcheck`): ``same`` (reloaded in a
+    fresh process, the probe generated the same tokens) or ``not-checked`` (``detail``: why)."""
+
+    status: Literal["same", "not-checked"]
+    detail: str
+    vllm_version: str | None = None
+    prompt: str | None = None
+    token_ids: list[int] | None = None
+    logprobs: list[float] | None = None
+
+
+@attrs.frozen
 class ShardManifest:
     """``kvenv-shards.json``: how a checkpoint was saved, and every file with size and sha256."""
 
@@ -73,12 +87,16 @@ class ShardManifest:
     # without one of them is incomplete and would fail to load ("Missing keys")
     required_tensors: list[str] | None = None
     kvenv_version: str | None = None  # the kvenv that saved it (since 0.2)
+    # how the save was proven: reloaded with the same output, or why not
+    reload_check: ReloadRecord | None = None
 
 
 def manifest_to_json(manifest: ShardManifest) -> dict[str, Any]:
     data: dict[str, Any] = convert.unstructure(manifest)
     if data.get("required_tensors") is None:
         data.pop("required_tensors", None)  # manifests saved without the list stay as they were
+    if data.get("reload_check") is None:
+        data.pop("reload_check", None)
     return data
 
 
@@ -134,16 +152,53 @@ class ShardInspection:
     warnings: tuple[str, ...]
     # tensors the manifest's required_tensors names that no shard holds
     missing_tensors: tuple[str, ...] = ()
+    verify_requested: bool = False  # sha256 were checked (``verify``), whatever the outcome
+    # a reload check run on this inspection (kvenv.runtime.reloadcheck.check_checkpoint):
+    # True: reloaded to the same output; a text: why it does not reload to the same output
+    reloaded: bool | str | None = None
 
     @property
     def valid(self) -> bool:
+        """No problem found in the files (layout, headers, manifest, metadata, topology and,
+        where recorded, completeness). Not a promise that it loads: see :attr:`verdict`."""
         return (
             bool(self.shards)
             and not self.errors
             and not self.missing_metadata
             and not self.topology_errors
             and not self.missing_tensors
+            and not isinstance(self.reloaded, str)
         )
+
+    @property
+    def complete(self) -> bool | None:
+        """True: every tensor the model needs is in a shard; None: unknown (no
+        ``kvenv-shards.json``, or one without ``required_tensors``)."""
+        if self.reloaded is True:
+            return True  # vLLM's sharded_state load fails on a missing tensor
+        if self.manifest is None or self.manifest.required_tensors is None:
+            return None
+        return not self.missing_tensors
+
+    @property
+    def reload_checked(self) -> bool:
+        """The save was reloaded in a fresh process and generated the same tokens."""
+        if self.reloaded is not None:
+            return self.reloaded is True
+        record = self.manifest.reload_check if self.manifest is not None else None
+        return record is not None and record.status == "same"
+
+    @property
+    def verdict(self) -> Literal["valid", "INVALID", "completeness unknown", "not reload-checked"]:
+        """``valid`` only for a checkpoint without problems, known complete, and reloaded to the
+        same output; otherwise what is wrong or unknown."""
+        if not self.valid:
+            return "INVALID"
+        if self.complete is None:
+            return "completeness unknown"
+        if not self.reload_checked:
+            return "not reload-checked"
+        return "valid"
 
     @property
     def tensor_parallel_size(self) -> int:
@@ -169,6 +224,8 @@ class ShardInspection:
             found.append(Problem(self.missing_text(), file=self.path, fix=_INCOMPLETE_FIX))
         if not self.shards:
             found.append(Problem("no shard files", file=self.path))
+        if isinstance(self.reloaded, str):
+            found.append(Problem(self.reloaded, file=self.path, fix=_RELOAD_FIX))
         return found
 
     def missing_text(self) -> str:
@@ -186,6 +243,9 @@ class ShardInspection:
             "schema": 1,
             "path": self.path,
             "valid": self.valid,
+            "verdict": self.verdict,
+            "complete": self.complete,
+            "reload_checked": self.reload_checked,
             "pattern": SHARD_PATTERNS[self.pattern] if self.pattern else None,
             "rank_count": self.rank_count,
             "stage_count": self.stage_count,
@@ -302,6 +362,7 @@ def inspect_shards(
         topology_errors=tuple(topology),
         warnings=tuple(warnings),
         missing_tensors=missing,
+        verify_requested=verify,
     )
 
 
@@ -558,7 +619,7 @@ def _topology(
         if manifest.tensor_parallel_size != ranks:
             errors.append(
                 f"{SHARD_MANIFEST_NAME} records tensor_parallel_size="
-                f"{manifest.tensor_parallel_size} but the files hold {ranks} ranks"
+                f"{manifest.tensor_parallel_size} but the files hold {_count(ranks, 'rank')}"
             )
         if manifest.pipeline_parallel_size != stages:
             errors.append(
@@ -567,9 +628,11 @@ def _topology(
             )
     if expected_tp is not None and expected_tp != ranks:
         errors.append(
-            f"checkpoint has {ranks} ranks (saved with tensor_parallel_size={ranks}) but "
-            f"tensor_parallel_size={expected_tp} was requested; load it with "
-            f"tensor_parallel_size={ranks}, or save it again with {expected_tp}"
+            f"checkpoint has {_count(ranks, 'rank')} (saved with tensor_parallel_size={ranks}) "
+            f"but tensor_parallel_size={expected_tp} was requested; load it with "
+            f"tensor_parallel_size={ranks}, or save it again from the source model at "
+            f"tensor_parallel_size={expected_tp} (on {_count(expected_tp, 'GPU')}, or with "
+            f"vLLM's CPU build on at least {_count(expected_tp, 'CPU core')})"
             + (" (a smaller size would load silently wrong weights)" if expected_tp < ranks else "")
         )
     if expected_pp is not None:
@@ -585,6 +648,10 @@ def _topology(
                 f"{expected_pp} was requested; load it with pipeline_parallel_size={stages}"
             )
     return errors
+
+
+def _count(number: int, noun: str) -> str:
+    return f"{number} {noun}" + ("" if number == 1 else "s")
 
 
 # --- the manifest ------------------------------------------------------------------------------
@@ -720,6 +787,7 @@ def build_shard_manifest(
     quantization: str | None,
     source_model: str | None,
     required_tensors: list[str] | None = None,
+    reload_check: ReloadRecord | None = None,
 ) -> ShardManifest:
     """Hash every regular file under ``root`` (links refused) into a manifest."""
     files: list[ManifestFile] = []
@@ -752,6 +820,7 @@ def build_shard_manifest(
         source_model=source_model,
         required_tensors=required_tensors,
         kvenv_version=__version__,
+        reload_check=reload_check,
     )
 
 

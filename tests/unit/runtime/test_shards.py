@@ -102,7 +102,11 @@ def test_topology_mismatch(tmp_path: Path, saved: int, wanted: int) -> None:
     root = make_tp_checkpoint(tmp_path / "c", saved)
     result = inspect_shards(root, tensor_parallel_size=wanted)
     assert not result.valid
-    assert f"checkpoint has {saved} ranks" in result.topology_errors[0]
+    ranks = "1 rank " if saved == 1 else f"{saved} ranks "
+    assert (
+        f"checkpoint has {ranks}(saved with tensor_parallel_size={saved})"
+        in (result.topology_errors[0])
+    )
     assert ("silently wrong" in result.topology_errors[0]) == (wanted < saved)
 
 

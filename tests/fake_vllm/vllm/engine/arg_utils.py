@@ -56,3 +56,13 @@ class EngineArgs:
     def __post_init__(self) -> None:
         if self.tensor_parallel_size < 1:
             raise ValueError("tensor_parallel_size must be >= 1")
+
+
+if __import__("os").environ.get("FAKE_VLLM_WORKER_EXTENSION"):  # for a child process of a test
+
+    @dataclass
+    class _WithExtension(EngineArgs):
+        worker_extension_cls: str = ""
+
+    _WithExtension.__name__ = _WithExtension.__qualname__ = "EngineArgs"
+    EngineArgs = _WithExtension  # type: ignore[misc]

@@ -1,9 +1,21 @@
 """``LLM`` shaped like vLLM 0.33's: explicit keyword parameters, the rest into ``EngineArgs``
 (an unknown name raises ``TypeError`` as the real one does), ``collective_rpc`` and an
-``llm_engine`` whose ``engine_core`` can save sharded state."""
+``llm_engine`` whose ``engine_core`` can save sharded state.
 
+``generate`` with sampling parameters returns token ids computed from the weights the engine
+holds: the fake's own ``rank_state`` for a normal load, the files' tensors for a
+``sharded_state`` load; so a reloaded checkpoint generates the same tokens exactly when it
+holds the same tensors. ``FAKE_VLLM_RELOAD_DIFFERS=1`` makes a ``sharded_state`` load
+generate other tokens. kvenv's worker extension methods are answered as the real ones would
+(``kvenv_save_loaded`` writes ``rank_state``; ``kvenv_first_difference`` compares the files
+with it)."""
+
+import glob
+import hashlib
 import os
+import re
 from dataclasses import asdict
+from types import SimpleNamespace
 from typing import Any
 
 import numpy as np
@@ -143,6 +155,18 @@ class LLM:
         kwargs: dict | None = None,
     ) -> list[Any]:
         vllm.CALLS.append(("LLM.collective_rpc", {"method": method, "kwargs": dict(kwargs or {})}))
+        extension = (
+            getattr(self.engine_args, "worker_extension_cls", None)
+            == "kvenv.runtime.shardsave.KvenvWorkerExtension"
+        )
+        if extension and method == "kvenv_save_loaded":
+            path, pattern, max_size, _source = args
+            save_sharded_state(self.engine_args, path, pattern, max_size)
+            tp, pp = self.engine_args.tensor_parallel_size, self.engine_args.pipeline_parallel_size
+            dtype = self.engine_args.dtype
+            return [sorted(rank_state(tp, r, pp, s, dtype)) for s in range(pp) for r in range(tp)]
+        if extension and method == "kvenv_first_difference":
+            return [_first_difference(self.engine_args, args[0])]
         if method != "save_sharded_state":
             raise AttributeError(f"workers have no method {method!r}")
         params = dict(kwargs or {})
@@ -152,10 +176,62 @@ class LLM:
         )
         return [None] * world
 
-    def generate(self, prompts: Any, sampling_params: Any = None) -> list[str]:
+    def generate(
+        self, prompts: Any, sampling_params: Any = None, use_tqdm: bool = True
+    ) -> list[Any]:
         vllm.CALLS.append(("LLM.generate", {"prompts": prompts}))
         items = [prompts] if isinstance(prompts, str) else list(prompts)
-        return [f"echo: {p}" for p in items]
+        if sampling_params is None:
+            return [f"echo: {p}" for p in items]
+        digest = hashlib.sha256(_weights(self.engine_args)).digest()
+        if self.engine_args.load_format == "sharded_state" and os.environ.get(
+            "FAKE_VLLM_RELOAD_DIFFERS"
+        ):
+            digest = hashlib.sha256(digest).digest()
+        ids = [b % 100 for b in digest[: sampling_params.max_tokens]]
+        logprobs = None
+        if sampling_params.logprobs is not None:
+            logprobs = [{t: SimpleNamespace(logprob=-t / 100)} for t in ids]
+        return [
+            SimpleNamespace(outputs=[SimpleNamespace(token_ids=ids, logprobs=logprobs)])
+            for _ in items
+        ]
 
     def get_config(self) -> dict[str, Any]:
         return asdict(self.engine_args)
+
+
+def _held(args: EngineArgs) -> dict[tuple[int, int], dict[str, Any]]:
+    """The tensors each (stage, rank) holds: loaded from the files of a sharded_state
+    checkpoint, else the fake's own weights."""
+    tp, pp = args.tensor_parallel_size, args.pipeline_parallel_size
+    if args.load_format != "sharded_state":
+        return {(s, r): rank_state(tp, r, pp, s, args.dtype) for s in range(pp) for r in range(tp)}
+    from safetensors.numpy import load_file
+
+    held: dict[tuple[int, int], dict[str, Any]] = {}
+    for file in sorted(glob.glob(os.path.join(args.model, "model-*.safetensors"))):
+        numbers = [int(n) for n in re.findall(r"[0-9]+", os.path.basename(file))]
+        stage, rank = (numbers[0], numbers[1]) if "-pp-" in file else (0, numbers[0])
+        held.setdefault((stage, rank), {}).update(load_file(file))
+    return held
+
+
+def _weights(args: EngineArgs) -> bytes:
+    data = b""
+    for key, tensors in sorted(_held(args).items()):
+        for name in sorted(tensors):
+            data += repr(key).encode() + name.encode() + tensors[name].astype(np.float32).tobytes()
+    return data
+
+
+def _first_difference(args: EngineArgs, path: str) -> dict[str, Any]:
+    from safetensors.numpy import load_file
+
+    expected = rank_state(1, 0, 1, 0, args.dtype)
+    for file in sorted(glob.glob(os.path.join(path, "model-rank-0-part-*.safetensors"))):
+        for name, tensor in load_file(file).items():
+            if not np.array_equal(tensor, expected[name]):
+                what = "values differ from what vLLM loads"
+                return {"tensor": name, "file": os.path.basename(file), "what": what}
+    return {}
