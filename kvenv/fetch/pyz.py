@@ -75,6 +75,7 @@ LEFT_OUT = {
     "unearth": "finds wheels on an index; not used offline",
     "resolvelib": "resolves a lock; the file carries its lock",
     "shtab": "shell completion only",
+    "tomlkit": "edits a profile in place (add, remove, pin); the file carries its lock",
 }
 _NATIVE = (".so", ".pyd", ".dylib", ".dll")
 _SKIP_PARTS = {"__pycache__"}

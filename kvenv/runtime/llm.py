@@ -353,7 +353,7 @@ class LLM:
         self.engine_kwargs: dict[str, Any] = dict(engine)
         # save_sharded_model saved what vLLM's loader produces from the source (emptied weights)
         self.saved_from_source = False
-        self.reload_timeout: float = reloadcheck.DEFAULT_TIMEOUT
+        self.reload_timeout: float = reloadcheck.RELOAD_TIMEOUT
         self.reload_outcome: reloadcheck.ReloadOutcome | None = None
         try:
             self.llm: Any = vllm.LLM(model=self.model, **engine)

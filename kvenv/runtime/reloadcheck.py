@@ -34,7 +34,7 @@ from kvenv.runtime.shards import ShardInspection
 PROBE_PROMPT = "kvenv reload check: the overlay keeps the host's torch and"
 PROBE_TOKENS = 16
 LOGPROB_TOLERANCE = 1e-3
-DEFAULT_TIMEOUT = 1800.0
+RELOAD_TIMEOUT = 1800.0
 _SYS_PATH_ENV = "KVENV_RELOADCHECK_SYS_PATH"
 # the child's words when the engine could not start for want of memory (not the checkpoint's
 # fault: the result is "not reload-checked")
@@ -147,7 +147,7 @@ def run_reload(
     source: str | None,
     profile: str | None,
     python: str | None = None,
-    timeout: float = DEFAULT_TIMEOUT,
+    timeout: float = RELOAD_TIMEOUT,
 ) -> ReloadOutcome:
     """Reload ``checkpoint`` in a fresh interpreter (``python``, default this one, with this
     one's ``sys.path``) with ``engine`` keywords and ``load_format="sharded_state"``, run the
@@ -274,7 +274,7 @@ def check_checkpoint(
     source: str | None = None,
     profile: str | None = None,
     python: str,
-    timeout: float = DEFAULT_TIMEOUT,
+    timeout: float = RELOAD_TIMEOUT,
 ) -> CheckpointReload:
     """Reload the inspected checkpoint at its own topology in a fresh process of ``python``
     (the interpreter that runs vLLM) and compare the probe with the

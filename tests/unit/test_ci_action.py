@@ -231,7 +231,8 @@ def test_the_check_step_checks_every_profile_under_githubs_bash_options(tmp_path
     message = error.split("::", 2)[2]
     assert message.startswith("bad: kvenv: error: lock check failed"), message
     assert "%0A" in message and "\n" not in message  # kvenv's lines, escaped into one
-    assert "the native wheel's sha256 is not the profile's" in message
+    assert "$.packages[0].wheels[0].hashes.sha256: the lock was edited by hand" in message
+    assert "the native wheel's sha256 is " in message and "; the profile pins " in message
     assert runner.outputs["check"]["failed-profiles"] == "bad"
     assert "2 profile(s) checked, 1 failed: bad" in out
 
