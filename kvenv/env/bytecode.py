@@ -31,7 +31,6 @@ bytecode, as with pip. An interpreter without a cache tag gets none either.
 from __future__ import annotations
 
 import contextlib
-import errno
 import hashlib
 import json
 import os
@@ -43,7 +42,7 @@ from typing import IO
 
 import attrs
 
-from kvenv.env.seal import remove_sealed, seal, seal_problem
+from kvenv.env.seal import publish_sealed, remove_sealed, seal, seal_problem
 from kvenv.env.store import MARKER, StoreEntry
 from kvenv.errors import InstallError
 
@@ -441,12 +440,7 @@ def _complete(
     final = store / key
     if final.exists() and lookup_bytecode(store, entry.sha256, tag) is None:
         remove_sealed(final)  # a leftover without a valid marker
-    try:
-        os.rename(temp, final)
-    except OSError as exc:
-        if exc.errno not in (errno.ENOTEMPTY, errno.EEXIST):
-            raise
-        remove_sealed(temp)  # another process finished the same entry first
+    publish_sealed(temp, final)
     found = lookup_bytecode(store, entry.sha256, tag)
     if found is None:
         raise InstallError(f"bytecode entry of {entry.dist.name} is unreadable: {final}")

@@ -172,7 +172,7 @@ def store_lib(store: Path, sources: Mapping[str, Path]) -> str:
     """The key of the sealed store entry holding a copy of ``sources`` (made when missing or
     broken: a copy in a temporary directory beside it, hashed as written, sealed, renamed into
     place). Returns the key of what was copied, which is what the sources held then."""
-    from kvenv.env.seal import remove_sealed, seal
+    from kvenv.env.seal import publish_sealed, remove_sealed, seal
     from kvenv.env.store import MARKER
 
     files = _files(sources)
@@ -202,12 +202,7 @@ def store_lib(store: Path, sources: Mapping[str, Path]) -> str:
         final = store / key
         if final.exists() and not _entry_complete(final, key):
             remove_sealed(final)  # a broken or partial entry: made again
-        try:
-            os.rename(temp, final)
-        except OSError as exc:
-            if exc.errno not in (errno.ENOTEMPTY, errno.EEXIST):
-                raise
-            remove_sealed(temp)  # another process finished the same entry first
+        publish_sealed(temp, final)
         _noted(store, key)
         return key
     except BaseException:

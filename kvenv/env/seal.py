@@ -275,6 +275,22 @@ def remove_sealed(path: Path) -> None:
     shutil.rmtree(path)
 
 
+def publish_sealed(temp: Path, final: Path) -> bool:
+    """Rename the sealed tree ``temp`` into place as the store entry ``final``. False, with
+    ``temp`` removed, when another process finished the same entry first (``final`` is
+    there: the rename found it not empty)."""
+    import errno
+
+    try:
+        os.rename(temp, final)
+    except OSError as exc:
+        if exc.errno not in (errno.ENOTEMPTY, errno.EEXIST):
+            raise
+        remove_sealed(temp)  # another process finished the same entry first
+        return False
+    return True
+
+
 def reseal(root: Path) -> None:
     """Seal the entry at ``root`` again from its files as they are now (they were verified
     against its RECORD: a ``touch`` or a mode change, not a change of bytes)."""

@@ -32,7 +32,6 @@ from __future__ import annotations
 import base64
 import contextlib
 import csv
-import errno
 import hashlib
 import io
 import json
@@ -53,7 +52,14 @@ from kvenv._util.progress import Progress
 from kvenv._util.threads import thread_map
 from kvenv.env.linking import group_links, link_many, with_shebang
 from kvenv.env.manifest import FileConflict, Layer
-from kvenv.env.seal import record_problems, remove_sealed, reseal, seal, seal_problem
+from kvenv.env.seal import (
+    publish_sealed,
+    record_problems,
+    remove_sealed,
+    reseal,
+    seal,
+    seal_problem,
+)
 from kvenv.env.wheelinstall import InstalledDist, install_wheel
 from kvenv.errors import InputError, InstallError, IntegrityError
 from kvenv.model import convert
@@ -174,13 +180,7 @@ def unpack(
         marker = convert.unstructure(_Marker(STORE_FORMAT, sha256, dist))
         (temp / MARKER).write_text(json.dumps(marker, separators=(",", ":")), encoding="utf-8")
         seal(temp)
-        try:
-            os.rename(temp, final)
-        except OSError as exc:
-            if exc.errno not in (errno.ENOTEMPTY, errno.EEXIST):
-                raise
-            remove_sealed(temp)  # another process finished the same entry first
-        else:
+        if publish_sealed(temp, final):
             return StoreEntry(sha256, final, dist)  # the marker just written, not read back
     except BaseException:
         with contextlib.suppress(OSError):

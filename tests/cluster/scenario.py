@@ -302,7 +302,9 @@ def run(work: Path) -> dict[str, Any]:
         results["llm"] = _driver(
             LLM_DRIVER, root_a, pythonpath=str(Path(__file__).parent.parent / "fake_vllm")
         )
+        # --dry-run runs every check of a start, the executable's too: demo has no vllm
         serve = ("serve", "m", "--profile", "demo", "--ray", ADDRESS, "--dry-run", "--json")
+        serve += ("--vllm", sys.executable)
         cache_a = {"KVENV_ROOT": root_a, "KVENV_CACHE_DIR": str(work / "cache-a")}
         results["serve"] = kvenv(*serve, "--no-gpu-check", env=cache_a)
         results["serve-gpus"] = kvenv(*serve, env=cache_a)
