@@ -48,12 +48,12 @@ SCRIPT_FIX = (
 def interactive() -> bool:
     """Whether this process is an interactive interpreter (a REPL, ``python -i``, an IPython
     or Jupyter kernel), where a restart is what the user can do; else a script."""
-    return bool(
-        hasattr(sys, "ps1")
-        or sys.flags.interactive
-        or "ipykernel" in sys.modules
-        or "IPython" in sys.modules
-    )
+    if hasattr(sys, "ps1") or sys.flags.interactive:
+        return True
+    # a kernel or an IPython shell has a running shell; a script that merely imported IPython
+    # (nbclient, a test runner's plugin) has none
+    getter = getattr(sys.modules.get("IPython"), "get_ipython", None)
+    return callable(getter) and getter() is not None
 
 
 def fix_text() -> str:
