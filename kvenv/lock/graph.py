@@ -137,7 +137,9 @@ def build_graph(
         if key in waived:
             nodes.setdefault(key, PackageNode(key, "waived", reason=waived[key]))
             return key, "waived"
-        nodes.setdefault(key, PackageNode(key, "host", host.get(key), protected=key in protected_set))
+        nodes.setdefault(
+            key, PackageNode(key, "host", host.get(key), protected=key in protected_set)
+        )
         return key, "host"
 
     def add(parent: str, child: str, requirement: str, kind: EdgeKind) -> None:
