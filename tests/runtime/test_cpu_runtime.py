@@ -3,8 +3,8 @@ host venv with torch 2.13.0+cpu generates, saves, reload-checks and serves on th
 
 Opt-in (``pytest -m runtime tests/runtime -s``; `.ci/run` runs it beside the default suite):
 it starts vLLM's engine twice per model (the engine that generates and saves, and the fresh
-process of the reload check), minutes on a loaded 2-core machine. It installs what it needs: a host venv
-(``pip install torch==2.13.0``, the CPU build), the built-in profile ``cpu-x86-64`` applied with
+process of the reload check), minutes on a loaded 2-core machine. It installs what it needs:
+a host venv (``pip install torch==2.13.0``, the CPU build), the built-in profile ``cpu-x86-64`` applied with
 ``--python`` pointing at it, tiny models made here (Llama, OPT, Qwen2, GPT-2, Qwen2-MoE: random
 weights, a tokenizer trained on docs/; nothing is downloaded from a model hub). Then, through
 ``kvenv run`` and ``kvenv.runtime`` (tests/runtime/scripts/roundtrip.py, which carries no
