@@ -112,7 +112,8 @@ def _graph(loaded: Any, lock: Any) -> Any:
     snapshot = recorded_host(loaded).snapshot
     if snapshot is not None:
         host = {str(d.name): str(d.version) for d in snapshot.distributions if d.version}
-    return from_lock(lock, evaluate=evaluate, host_versions=host)
+    declared = [str(r) for r in loaded.profile.overlay.requires]
+    return from_lock(lock, evaluate=evaluate, host_versions=host, declared=declared)
 
 
 def _known(graph: Any, name: str) -> str:

@@ -181,9 +181,15 @@ def build_graph(
 
 
 def from_lock(
-    lock: Any, *, evaluate: Evaluate, host_versions: Mapping[str, str] | None = None
+    lock: Any,
+    *,
+    evaluate: Evaluate,
+    host_versions: Mapping[str, str] | None = None,
+    declared: Sequence[str] = (),
 ) -> LockGraph:
-    """:func:`build_graph` of a read lock (:class:`kvenv.lock.pylock.LockFile`)."""
+    """:func:`build_graph` of a read lock (:class:`kvenv.lock.pylock.LockFile`); its roots are
+    the native wheel, ``declared`` (the profile's ``[overlay] requires``, which the lock does
+    not repeat) and the lock's one-off ``[tool.kvenv] requires``."""
     packages = []
     for package, tool in zip(lock.pylock.packages, lock.package_tools, strict=True):
         packages.append(
@@ -207,7 +213,7 @@ def from_lock(
         )
     return build_graph(
         packages,
-        declared=tuple(table.requires),
+        declared=tuple(dict.fromkeys([*declared, *table.requires])),
         evaluate=evaluate,
         protected=table.protected,
         waivers={w.name: w.reason for w in table.waivers},

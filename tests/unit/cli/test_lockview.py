@@ -250,3 +250,24 @@ def test_export_pylock_installs_with_uv_from_a_checkout(
     assert _versions(python) == LOCKED
     code, _, err = run(capsys, "export", "-p", "stack", "--format", "pylock", "-o", "x.toml")
     assert code == 2 and "pylock.NAME.toml" in err
+
+
+def test_a_root_the_profile_declares_is_a_root_of_why_and_tree(
+    checkout: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``[overlay] requires`` lives in the profile (the lock does not repeat it): why and tree
+    start from it as from a one-off ``--require``."""
+    profile = checkout / "profiles" / "stack.toml"
+    profile.write_text(profile.read_text() + '[overlay]\nrequires = ["extra"]\n')
+    with serve_index(checkout / "house") as url, allow_loopback_http():
+        assert main(["lock", "stack", "--index-url", url]) == 0
+    capsys.readouterr()
+    code, out, err = run(capsys, "why", "extra", "--profile", "stack")
+    assert code == 0, err
+    assert out.splitlines() == [
+        "extra 1.0: 1 chain from the profile's roots",
+        "  extra 1.0 [declared: extra]",
+    ]
+    code, out, _ = run(capsys, "tree", "--profile", "stack")
+    assert code == 0
+    assert out.splitlines()[-2:] == ["extra 1.0 [declared: extra]", "└── dep 1.0 [dep] (*)"]
