@@ -494,7 +494,10 @@ def _staleness(
         details.append(f"target {table.target} -> {target.describe()}")
     if details or table.profile_digest != loaded.digest:
         what = "; ".join(details) if details else "other profile fields changed"
-        out.append(f"the profile changed since the lock was made ({what})")
+        if table.profile_digest == loaded.digest:  # the profile is the one the lock was made for
+            out.append(f"the lock no longer says what its profile says ({what}): an edited lock")
+        else:
+            out.append(f"the profile changed since the lock was made ({what})")
     out.extend(host_staleness(lock, host))
     return out
 

@@ -4,6 +4,7 @@ profile field, before anything is installed."""
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -106,3 +107,24 @@ def test_an_edited_native_sha256_in_the_lock_is_quoted_as_the_lock_has_it(tmp_pa
     assert f"has sha256 {bad}; the profile pins {good}" in result.err
     assert f"{project.lock_path}: $.packages[1].wheels[0].hashes.sha256: is {bad}" in result.err
     assert not where.root.exists()
+
+
+def test_lock_check_of_an_edited_native_pin_blames_the_lock_not_the_profile(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The lock's ``[tool.kvenv.native] sha256`` edited by hand, the profile unchanged (a lock
+    kvenv made for it): the check's hint says the lock was edited, not that the profile
+    changed."""
+    from tests.support.demo import demo_project
+
+    project = demo_project(tmp_path)
+    monkeypatch.chdir(project)
+    lock = project / "locks" / "pylock.demo.toml"
+    good = re.search(r'sha256 = "([0-9a-f]{64})"', lock.read_text())
+    assert good is not None
+    bad = ("b" if good.group(1)[0] != "b" else "c") + good.group(1)[1:]
+    lock.write_text(lock.read_text().replace(good.group(1), bad))
+    result = run_cli(["lock", "--check", "demo"])
+    assert result.code == 1, result.text
+    assert f"native.sha256 {bad} -> {good.group(1)}): an edited lock" in result.err
+    assert "the profile changed since" not in result.err
