@@ -183,13 +183,14 @@ def pin_hf(text: str) -> PinnedWheel:
     """A wheel on the Hub (``kind = "hf"``): the revision resolved to its commit, the file
     downloaded at that commit and hashed."""
     from kvenv.fetch.hub import download_hf
+    from kvenv.model.fields import HfRepo, Revision, WheelFilename
     from kvenv.model.profile import HfSource
 
     repo, revision, filename = parse_hf(text)
     _identity(filename, text)
     commit = resolve_revision(repo, revision, filename)
     notes = () if revision == commit else (f"{revision} resolved to commit {commit}",)
-    source = HfSource(repo=repo, revision=commit, filename=filename)  # type: ignore[arg-type]
+    source = HfSource(HfRepo(repo), Revision(commit), WheelFilename(filename))
     with tempfile.TemporaryDirectory(prefix="kvenv-pin-") as scratch:
         path = download_hf(source, Path(scratch))
         sha256, size = sha256_file(path)
